@@ -1,0 +1,62 @@
+/**
+ * Reads a child's output stream (a web `ReadableStream`, as `Bun.spawn` and `Deno.Command` give) into
+ * callbacks, with pause and resume for flow control.
+ *
+ * @module
+ */
+
+/** Pumps a readable stream into callbacks until it ends or is released. */
+export class StreamPump {
+  #reader: ReadableStreamDefaultReader<Uint8Array>;
+  #paused = false;
+  #wake: (() => void) | undefined;
+
+  /** Starts reading `stream`; `onEnd` is called once, when it ends, fails or is released. */
+  constructor(stream: ReadableStream<Uint8Array>, onData: (chunk: Uint8Array) => void, onEnd: () => void) {
+    this.#reader = stream.getReader();
+    void this.#run(onData).finally(onEnd);
+  }
+
+  async #run(onData: (chunk: Uint8Array) => void): Promise<void> {
+    try {
+      while (true) {
+        while (this.#paused) await new Promise<void>((resolve) => (this.#wake = resolve));
+        const { done, value } = await this.#reader.read();
+        if (done) return;
+        onData(value);
+      }
+    } catch {
+      // A released or broken pipe ends the stream.
+    }
+  }
+
+  /** Stops reading after the current chunk. */
+  pause(): void {
+    this.#paused = true;
+  }
+
+  /** Resumes reading. */
+  resume(): void {
+    this.#paused = false;
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+  }
+
+  /** Stops reading for good and releases the pipe. */
+  release(): void {
+    this.#reader.cancel().catch(() => {});
+    this.resume();
+  }
+}
+
+/** Maps a runtime's thrown spawn error to an errno name. */
+export function errorCode(error: unknown): string {
+  const code = (error as { code?: unknown })?.code;
+  if (typeof code === "string") return code;
+  const name = (error as { name?: unknown })?.name;
+  if (name === "NotFound") return "ENOENT";
+  if (name === "PermissionDenied") return "EACCES";
+  if (name === "NotADirectory") return "ENOTDIR";
+  return "EUNKNOWN";
+}

@@ -1,0 +1,133 @@
+/**
+ * The Bun adapter: workers are started with `Bun.spawn` and handed a socketpair on fd 3; commands are
+ * spawned with `Bun.spawn`.
+ *
+ * @module
+ */
+
+import { connect, type Socket } from "node:net";
+import process from "node:process";
+import { type Adapter, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
+import type { StdioMode, StreamFd } from "../core/frame.ts";
+import { connectUnixFromStdin, onTerminateSignal } from "./_node_worker.ts";
+import { socketChannel } from "./_socket_channel.ts";
+import { errorCode, StreamPump } from "./_stream_pump.ts";
+
+type BunStdio = "pipe" | "inherit" | "ignore";
+
+function bunStdio(mode: StdioMode, isStdin: boolean): BunStdio {
+  if (mode === "piped") return "pipe";
+  return mode === "inherit" && !isStdin ? "inherit" : "ignore";
+}
+
+/** Bun's node:net wraps an inherited fd with `connect({ fd })`; `new Socket({ fd })` does not work there. */
+function socketOnFd(fd: number): Socket {
+  return connect({ fd } as unknown as { path: string });
+}
+
+/** The Bun runtime adapter. */
+export const bunAdapter: Adapter = {
+  runtime: "bun",
+  channelKind: "fd3",
+
+  workerArgs(entry) {
+    return [entry];
+  },
+
+  async startWorker(launch) {
+    const proc = Bun.spawn({
+      cmd: [launch.execPath, ...launch.args],
+      stdio: ["ignore", "inherit", "inherit", "pipe"],
+      env: { ...process.env, ...launch.env, SPAWNPOOL_CHANNEL: "fd3" },
+    });
+    const fd = proc.stdio[3];
+    if (typeof fd !== "number") throw new Error("Bun.spawn gave no fd for the worker channel");
+    return {
+      pid: proc.pid,
+      channel: socketChannel(socketOnFd(fd)),
+      exited: proc.exited.then(() => {}),
+      kill: (signal = "SIGTERM") => proc.kill(signal as NodeJS.Signals),
+      ref: () => proc.ref(),
+      unref: () => proc.unref(),
+    };
+  },
+
+  connectToHost(kind) {
+    if (kind === "unix") return connectUnixFromStdin();
+    return Promise.resolve(socketChannel(socketOnFd(3)));
+  },
+
+  spawn(request, events) {
+    const env = request.clearEnv ? { ...request.env } : { ...process.env, ...request.env };
+    let proc;
+    try {
+      proc = Bun.spawn({
+        cmd: [request.cmd, ...request.args],
+        cwd: request.cwd,
+        env,
+        stdin: bunStdio(request.stdin, true),
+        stdout: bunStdio(request.stdout, false),
+        stderr: bunStdio(request.stderr, false),
+        detached: true,
+      });
+    } catch (error) {
+      const errno = (error as { errno?: unknown }).errno;
+      return Promise.reject(
+        new SpawnFailed({
+          code: errorCode(error),
+          errno: typeof errno === "number" ? errno : undefined,
+          message: error instanceof Error ? error.message : String(error),
+        }),
+      );
+    }
+    const pumps: [undefined, StreamPump | undefined, StreamPump | undefined] = [undefined, undefined, undefined];
+    for (const fd of [1, 2] as const) {
+      const stream = fd === 1 ? proc.stdout : proc.stderr;
+      if (stream instanceof ReadableStream) {
+        pumps[fd] = new StreamPump(stream, (chunk) => events.data(fd, chunk), () => events.end(fd));
+      }
+    }
+    void proc.exited.then(() => events.exit(proc.exitCode, proc.signalCode));
+    const stdin = proc.stdin;
+    const pid = proc.pid;
+    const child: SpawnedChild = {
+      pid,
+      async write(chunk) {
+        if (stdin === undefined || typeof stdin === "number" || stdin === null) return false;
+        try {
+          stdin.write(chunk);
+          await stdin.flush();
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      closeStdin() {
+        if (stdin !== undefined && stdin !== null && typeof stdin !== "number") {
+          try {
+            void Promise.resolve(stdin.end()).catch(() => {});
+          } catch {
+            // Already closed.
+          }
+        }
+      },
+      kill(signal, group) {
+        if (group) process.kill(-pid, signal);
+        else proc.kill(signal as NodeJS.Signals);
+      },
+      pause: (fd: StreamFd) => pumps[fd]?.pause(),
+      resume: (fd: StreamFd) => pumps[fd]?.resume(),
+      release() {
+        pumps[1]?.release();
+        pumps[2]?.release();
+      },
+    };
+    return Promise.resolve(child);
+  },
+
+  onTerminate: onTerminateSignal,
+  deleteEnv: (name) => void delete process.env[name],
+  getEnv: (name) => process.env[name],
+  pid: () => process.pid,
+  exit: (code) => process.exit(code),
+};

@@ -1,0 +1,123 @@
+/**
+ * The Node adapter: workers are started with `node:child_process` and handed a socketpair on fd 3;
+ * commands are spawned with `child_process.spawn`.
+ *
+ * @module
+ */
+
+import { type ChildProcess, spawn } from "node:child_process";
+import { Socket } from "node:net";
+import process from "node:process";
+import { type Adapter, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
+import type { StdioMode, StreamFd } from "../core/frame.ts";
+import { connectUnixFromStdin, onTerminateSignal } from "./_node_worker.ts";
+import { socketChannel } from "./_socket_channel.ts";
+
+type NodeStdio = "pipe" | "inherit" | "ignore";
+
+/** Maps a pooled stdio mode to node's. Stdin "inherit" reads nothing: a worker has no terminal to share. */
+export function nodeStdio(mode: StdioMode, isStdin: boolean): NodeStdio {
+  if (mode === "piped") return "pipe";
+  return mode === "inherit" && !isStdin ? "inherit" : "ignore";
+}
+
+/** Resolves once `child` has spawned; rejects with {@linkcode SpawnFailed} if it could not. */
+export function whenSpawned(child: ChildProcess): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onError = (error: NodeJS.ErrnoException) => {
+      reject(
+        new SpawnFailed({ code: error.code ?? "EUNKNOWN", errno: error.errno, message: error.message }),
+      );
+    };
+    child.once("error", onError);
+    child.once("spawn", () => {
+      child.off("error", onError);
+      resolve();
+    });
+  });
+}
+
+/** The Node runtime adapter. */
+export const nodeAdapter: Adapter = {
+  runtime: "node",
+  channelKind: "fd3",
+
+  workerArgs(entry) {
+    return ["--disable-warning=ExperimentalWarning", entry];
+  },
+
+  async startWorker(launch) {
+    const child = spawn(launch.execPath, launch.args, {
+      stdio: ["ignore", "inherit", "inherit", "pipe"],
+      env: { ...process.env, ...launch.env, SPAWNPOOL_CHANNEL: "fd3" },
+    });
+    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+    await whenSpawned(child);
+    const socket = child.stdio[3] as Socket;
+    return {
+      pid: child.pid!,
+      channel: socketChannel(socket),
+      exited,
+      kill: (signal = "SIGTERM") => void child.kill(signal as NodeJS.Signals),
+      ref: () => child.ref(),
+      unref: () => child.unref(),
+    };
+  },
+
+  connectToHost(kind) {
+    if (kind === "unix") return connectUnixFromStdin();
+    return Promise.resolve(socketChannel(new Socket({ fd: 3, readable: true, writable: true })));
+  },
+
+  async spawn(request, events) {
+    const env = request.clearEnv ? { ...request.env } : { ...process.env, ...request.env };
+    const child = spawn(request.cmd, request.args, {
+      cwd: request.cwd,
+      env,
+      stdio: [nodeStdio(request.stdin, true), nodeStdio(request.stdout, false), nodeStdio(request.stderr, false)],
+      detached: true,
+    });
+    child.stdin?.on("error", () => {});
+    await whenSpawned(child);
+    const streams = [undefined, child.stdout, child.stderr] as const;
+    for (const fd of [1, 2] as const) {
+      const stream = streams[fd];
+      if (stream === null || stream === undefined) continue;
+      stream.on("data", (chunk: Uint8Array) => events.data(fd, chunk));
+      stream.on("end", () => events.end(fd));
+    }
+    child.once("exit", (code, signal) => events.exit(code, signal));
+    const pid = child.pid!;
+    const controls: SpawnedChild = {
+      pid,
+      write(chunk) {
+        const stdin = child.stdin;
+        if (stdin === null || stdin.destroyed) return Promise.resolve(false);
+        return new Promise((resolve) => stdin.write(chunk, (error) => resolve(!error)));
+      },
+      closeStdin() {
+        child.stdin?.end();
+      },
+      kill(signal, group) {
+        process.kill(group ? -pid : pid, signal);
+      },
+      pause(fd: StreamFd) {
+        streams[fd]?.pause();
+      },
+      resume(fd: StreamFd) {
+        streams[fd]?.resume();
+      },
+      release() {
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+      },
+    };
+    return controls;
+  },
+
+  onTerminate: onTerminateSignal,
+  deleteEnv: (name) => void delete process.env[name],
+  getEnv: (name) => process.env[name],
+  pid: () => process.pid,
+  exit: (code) => process.exit(code),
+};

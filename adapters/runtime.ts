@@ -1,0 +1,79 @@
+/**
+ * The one place that detects the current runtime, and the platform the pool runs on: which adapter
+ * hosts workers and how each worker runtime is launched.
+ *
+ * @module
+ */
+
+import { existsSync } from "node:fs";
+import { delimiter, join } from "node:path";
+import process from "node:process";
+import { fileURLToPath } from "node:url";
+import type { Adapter, RuntimeName, WorkerLaunch } from "../core/adapter.ts";
+import { SpawnPoolError } from "../core/errors.ts";
+import type { Platform } from "../core/pool.ts";
+import { bunAdapter } from "./bun.ts";
+import { denoAdapter } from "./deno.ts";
+import { nodeAdapter } from "./node.ts";
+
+/** The runtime this code runs in. */
+export function detectRuntime(): RuntimeName {
+  if ("Deno" in globalThis) return "deno";
+  if ("Bun" in globalThis) return "bun";
+  return "node";
+}
+
+/** The adapter for a runtime. */
+export function adapterFor(runtime: RuntimeName): Adapter {
+  return runtime === "deno" ? denoAdapter : runtime === "bun" ? bunAdapter : nodeAdapter;
+}
+
+/** The worker entry script next to this package. */
+export const WORKER_ENTRY: string = fileURLToPath(new URL("../worker/main.ts", import.meta.url));
+
+function findOnPath(name: string): string | undefined {
+  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
+    if (dir === "") continue;
+    const candidate = join(dir, name);
+    if (existsSync(candidate)) return candidate;
+  }
+  return undefined;
+}
+
+/** The executable of `runtime`: this process's own for the host runtime, else found on PATH. */
+export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string {
+  if (runtime === host) return process.execPath;
+  const found = findOnPath(runtime);
+  if (found === undefined) {
+    throw new SpawnPoolError(
+      "ERR_WORKER_START",
+      `Cannot find "${runtime}" on PATH for ${runtime} workers; install it or pass the execPath option`,
+    );
+  }
+  return found;
+}
+
+let cached: Platform | undefined;
+
+/** The platform of the current process. */
+export function currentPlatform(): Platform {
+  if (cached !== undefined) return cached;
+  const runtime = detectRuntime();
+  cached = {
+    runtime,
+    host: adapterFor(runtime),
+    cores: navigator.hardwareConcurrency ?? 2,
+    launch(workerRuntime: RuntimeName, execPath: string | undefined): WorkerLaunch {
+      const env: Record<string, string> = {};
+      // A Deno worker reads fd 3 through node:fs only when told it is there.
+      if (workerRuntime === "deno" && adapterFor(runtime).channelKind === "fd3") env.DENO_EXTRA_STDIO_FDS = "3";
+      return {
+        runtime: workerRuntime,
+        execPath: execPath ?? defaultExecPath(workerRuntime, runtime),
+        args: adapterFor(workerRuntime).workerArgs(WORKER_ENTRY),
+        env,
+      };
+    },
+  };
+  return cached;
+}

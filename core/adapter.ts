@@ -1,0 +1,131 @@
+/**
+ * The contract every runtime adapter implements. Each file in `adapters/` exports one {@linkcode Adapter};
+ * the core only ever sees this interface.
+ *
+ * @module
+ */
+
+import type { SpawnFailure, SpawnRequest, StreamFd } from "./frame.ts";
+
+/** A runtime that can host a pool or run its workers. */
+export type RuntimeName = "deno" | "bun" | "node";
+
+/** Receives what arrives on a {@linkcode ByteChannel}. */
+export interface ChannelReceiver {
+  /** Bytes arrived. The chunk is owned by the receiver. */
+  data(chunk: Uint8Array): void;
+  /** The channel closed; `error` says why when it was not an orderly end. */
+  close(error?: Error): void;
+}
+
+/** A duplex byte stream between a host and one worker. */
+export interface ByteChannel {
+  /** Starts delivering bytes to `receiver`. Called once. */
+  start(receiver: ChannelReceiver): void;
+  /** Writes the chunks in order, as one vectored write where the transport allows. */
+  write(chunks: readonly Uint8Array[]): void;
+  /** Closes the channel; the receiver's `close` is called. */
+  close(): void;
+  /** Lets the channel keep the process alive. */
+  ref(): void;
+  /** Stops the channel keeping the process alive. */
+  unref(): void;
+}
+
+/** How a host should start a worker process. */
+export interface WorkerLaunch {
+  /** The worker's runtime. */
+  runtime: RuntimeName;
+  /** Program to execute. */
+  execPath: string;
+  /** Full argument list after the program (runtime flags, the entry script). */
+  args: string[];
+  /** Variables to add to the worker's environment. */
+  env: Record<string, string>;
+}
+
+/** A started worker process and its channel, as the host sees it. */
+export interface WorkerProcess {
+  /** The worker's process id. */
+  readonly pid: number;
+  /** The authenticated channel to the worker. */
+  readonly channel: ByteChannel;
+  /** Resolves when the worker process has exited. */
+  readonly exited: Promise<void>;
+  /** Kills the worker process. */
+  kill(signal?: string): void;
+  /** Lets the worker process keep the host alive. */
+  ref(): void;
+  /** Stops the worker process keeping the host alive. */
+  unref(): void;
+}
+
+/** Events a spawned child reports to the worker loop. */
+export interface ChildEvents {
+  /** The child wrote bytes to stdout (1) or stderr (2). */
+  data(fd: StreamFd, chunk: Uint8Array): void;
+  /** A piped stream of the child reached its end. */
+  end(fd: StreamFd): void;
+  /** The child exited. */
+  exit(code: number | null, signal: string | null): void;
+}
+
+/** A child process a worker started, as the worker loop drives it. */
+export interface SpawnedChild {
+  /** The child's process id. */
+  readonly pid: number;
+  /** Writes to the child's stdin; resolves false when the child has closed it. */
+  write(chunk: Uint8Array): Promise<boolean>;
+  /** Closes the child's stdin. */
+  closeStdin(): void;
+  /** Sends a signal to the child, or to its whole process group. */
+  kill(signal: string, group: boolean): void;
+  /** Stops reading a stream (flow control); the child blocks once its pipe fills. */
+  pause(fd: StreamFd): void;
+  /** Resumes reading a stream. */
+  resume(fd: StreamFd): void;
+  /** Stops waiting for the streams after exit (a grandchild may hold them open) and releases them. */
+  release(): void;
+}
+
+/** Thrown by {@linkcode Adapter.spawn} when the child cannot start. */
+export class SpawnFailed extends Error {
+  /** The failure as it travels to the host. */
+  readonly failure: SpawnFailure;
+
+  /** Wraps a spawn failure. */
+  constructor(failure: SpawnFailure) {
+    super(failure.message);
+    this.name = "SpawnFailed";
+    this.failure = failure;
+  }
+}
+
+/** How a worker reaches its host; set by the host in the worker's environment. */
+export type ChannelKind = "fd3" | "unix";
+
+/** One runtime's implementation of everything the core cannot do portably. */
+export interface Adapter {
+  /** The runtime this adapter runs in. */
+  readonly runtime: RuntimeName;
+  /** The channel this runtime's host gives its workers. */
+  readonly channelKind: ChannelKind;
+  /** Host side: the arguments that run `entry` as a worker under this runtime (used for its workers). */
+  workerArgs(entry: string): string[];
+  /** Host side: starts a worker process and returns it once its channel is connected and authenticated. */
+  startWorker(launch: WorkerLaunch): Promise<WorkerProcess>;
+  /** Worker side: opens the channel to the host that started this process. */
+  connectToHost(kind: ChannelKind): Promise<ByteChannel>;
+  /** Worker side: spawns a command with this runtime's native API; rejects with {@linkcode SpawnFailed}. */
+  spawn(request: SpawnRequest, events: ChildEvents): Promise<SpawnedChild>;
+  /** Worker side: calls `handler` once when the process is asked to terminate (SIGINT, SIGTERM, SIGHUP). */
+  onTerminate(handler: () => void): void;
+  /** Worker side: removes a variable from this process's environment so children do not inherit it. */
+  deleteEnv(name: string): void;
+  /** Worker side: reads a variable of this process's environment. */
+  getEnv(name: string): string | undefined;
+  /** Worker side: this process's id. */
+  pid(): number;
+  /** Worker side: ends this process. */
+  exit(code: number): never;
+}

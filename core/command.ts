@@ -1,0 +1,282 @@
+/**
+ * The `Deno.Command`-shaped API over a pool: `output()` and `spawn()` with Deno's defaults and results.
+ *
+ * @module
+ */
+
+import { SpawnError, SpawnPoolError } from "./errors.ts";
+import { type Completion, Execution, type Scheduler } from "./execution.ts";
+import type { ExitInfo, StdioMode } from "./frame.ts";
+import { buildRequest, type CommonOptions, stdioOption } from "./options.ts";
+import { signalName, signalNumber } from "./signals.ts";
+
+/** Options of a pooled command, as `Deno.CommandOptions` plus the pool's own. */
+export interface CommandOptions extends CommonOptions {
+  /** Arguments, passed exactly. @default {[]} */
+  args?: string[];
+  /** Variables to set for the command (on top of the inherited environment unless `clearEnv`). */
+  env?: Record<string, string>;
+  /** Start from an empty environment. @default {false} */
+  clearEnv?: boolean;
+  /** Stdin: "piped" (spawn only), "inherit" or "null". "inherit" reads nothing in a pool. @default {"inherit"} */
+  stdin?: StdioMode;
+  /** Stdout. @default {"piped" for output(), "inherit" for spawn()} */
+  stdout?: StdioMode;
+  /** Stderr. @default {"piped" for output(), "inherit" for spawn()} */
+  stderr?: StdioMode;
+}
+
+/** How a command ended, as `Deno.CommandStatus`. */
+export interface CommandStatus {
+  /** Whether the exit code was 0. */
+  success: boolean;
+  /** Exit code; 128 + the signal number when a signal ended the command. */
+  code: number;
+  /** The signal that ended the command, or null. */
+  signal: string | null;
+}
+
+/** The result of `output()`, as `Deno.CommandOutput`. */
+export interface CommandOutput extends CommandStatus {
+  /** Stdout bytes; throws if stdout was not piped. */
+  readonly stdout: Uint8Array;
+  /** Stderr bytes; throws if stderr was not piped. */
+  readonly stderr: Uint8Array;
+}
+
+const MODES = ["piped", "inherit", "null"] as const;
+
+interface DenoErrorsLike {
+  errors?: Record<string, new (message: string) => Error>;
+}
+
+const DENO_ERROR_CLASS: Record<string, string> = {
+  ENOENT: "NotFound",
+  EACCES: "PermissionDenied",
+  EPERM: "PermissionDenied",
+  ENOTDIR: "NotADirectory",
+};
+
+/** A spawn failure as Deno reports it: a `Deno.errors` class in Deno, an error of that name elsewhere. */
+function denoStyle(error: unknown): unknown {
+  if (!(error instanceof SpawnError)) return error;
+  const name = DENO_ERROR_CLASS[error.code];
+  if (name === undefined) return error;
+  const DenoError = (globalThis as { Deno?: DenoErrorsLike }).Deno?.errors?.[name];
+  const converted = DenoError ? new DenoError(error.message) : Object.assign(new Error(error.message), { name });
+  return Object.assign(converted, { code: error.code, cause: error });
+}
+
+/** Turns an exit into a status; a timeout or exceeded maxBuffer is an error. */
+function toStatus(info: ExitInfo, command: string): CommandStatus {
+  if (info.reason === "timeout") {
+    throw new SpawnPoolError("ERR_TIMEOUT", `Command "${command}" timed out and was killed`, { command });
+  }
+  if (info.reason === "maxBuffer") {
+    throw new SpawnPoolError("ERR_MAX_BUFFER", `Command "${command}" exceeded maxBuffer and was killed`, {
+      command,
+    });
+  }
+  const code = info.signal !== null ? 128 + (signalNumber(info.signal) ?? 0) : info.code ?? 1;
+  return { success: code === 0 && info.signal === null, code, signal: info.signal };
+}
+
+function toOutput(status: CommandStatus, stdout: Uint8Array | null, stderr: Uint8Array | null): CommandOutput {
+  return {
+    ...status,
+    get stdout(): Uint8Array {
+      if (stdout === null) throw new TypeError("Cannot get 'stdout': 'stdout' is not piped");
+      return stdout;
+    },
+    get stderr(): Uint8Array {
+      if (stderr === null) throw new TypeError("Cannot get 'stderr': 'stderr' is not piped");
+      return stderr;
+    },
+  };
+}
+
+async function drain(stream: ReadableStream<Uint8Array> | undefined): Promise<Uint8Array | null> {
+  if (stream === undefined) return null;
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for await (const chunk of stream) {
+    chunks.push(chunk);
+    total += chunk.byteLength;
+  }
+  const out = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return out;
+}
+
+/**
+ * A command to run in a pool, shaped like `Deno.Command`.
+ *
+ * @example Running a command and reading its output
+ * ```ts ignore
+ * const pool = new Pool();
+ * const { code, stdout } = await pool.command("echo", { args: ["hi"] }).output();
+ * ```
+ */
+export class PoolCommand {
+  readonly #scheduler: Scheduler;
+  readonly #cmd: string | URL;
+  readonly #options: CommandOptions;
+
+  /**
+   * Creates a command; nothing runs until `output()` or `spawn()`.
+   *
+   * @throws {TypeError} If `cmd` or an option has the wrong type or contains a NUL byte.
+   * @throws {RangeError} If a numeric option is out of range.
+   */
+  constructor(scheduler: Scheduler, cmd: string | URL, options: CommandOptions = {}) {
+    if (typeof options !== "object" || options === null) throw new TypeError("Command options must be an object");
+    this.#scheduler = scheduler;
+    this.#cmd = cmd;
+    this.#options = options;
+    this.#request(false); // validate now, as Deno.Command does
+  }
+
+  #request(spawned: boolean) {
+    const o = this.#options;
+    const outDefault = spawned ? "inherit" : "piped";
+    return buildRequest({
+      ...o,
+      cmd: this.#cmd,
+      args: o.args ?? [],
+      stdin: stdioOption(o.stdin, MODES, "inherit", "stdin"),
+      stdout: stdioOption(o.stdout, MODES, outDefault, "stdout"),
+      stderr: stdioOption(o.stderr, MODES, outDefault, "stderr"),
+      buffered: !spawned,
+    });
+  }
+
+  /**
+   * Runs the command and collects its output.
+   *
+   * @returns The exit status and the bytes of piped stdout and stderr.
+   * @throws {TypeError} If stdin is "piped" (use `spawn()`).
+   */
+  async output(): Promise<CommandOutput> {
+    const request = this.#request(false);
+    if (request.stdin === "piped") {
+      throw new TypeError("Piped stdin is not supported for this function, use 'Command.spawn()' instead");
+    }
+    const execution = new Execution(this.#scheduler, request, { signal: this.#options.signal });
+    let done: Completion;
+    try {
+      done = await execution.completed;
+    } catch (error) {
+      throw denoStyle(error);
+    }
+    return toOutput(
+      toStatus(done.info, request.cmd),
+      request.stdout === "piped" ? done.stdout : null,
+      request.stderr === "piped" ? done.stderr : null,
+    );
+  }
+
+  /** Not available: a pool cannot run a command synchronously. @throws {TypeError} Always. */
+  outputSync(): never {
+    throw new TypeError("A pool cannot run commands synchronously; use 'output()'");
+  }
+
+  /** Starts the command and returns its handle at once; the pid arrives when the worker reports it. */
+  spawn(): PooledChildProcess {
+    return new PooledChildProcess(new Execution(this.#scheduler, this.#request(true), {
+      signal: this.#options.signal,
+    }));
+  }
+}
+
+/** A running pooled command, shaped like `Deno.ChildProcess`. */
+export class PooledChildProcess {
+  readonly #execution: Execution;
+  readonly #status: Promise<CommandStatus>;
+
+  /** @internal */
+  constructor(execution: Execution) {
+    this.#execution = execution;
+    const command = execution.request.cmd;
+    this.#status = execution.completed.then(
+      (done) => toStatus(done.info, command),
+      (error) => Promise.reject(denoStyle(error)),
+    );
+    this.#status.catch(() => {});
+  }
+
+  /** The pid, once the worker has reported it (after `spawned` resolves). */
+  get pid(): number | undefined {
+    return this.#execution.pid;
+  }
+
+  /** Resolves with the pid once the command started; rejects if it could not start. */
+  get spawned(): Promise<number> {
+    return this.#execution.spawned.catch((error) => Promise.reject(denoStyle(error)));
+  }
+
+  /** Stdin; throws if not piped. */
+  get stdin(): WritableStream<Uint8Array> {
+    const stdin = this.#execution.stdin;
+    if (stdin === undefined) throw new TypeError("Cannot get 'stdin': 'stdin' is not piped");
+    return stdin;
+  }
+
+  /** Stdout; throws if not piped. */
+  get stdout(): ReadableStream<Uint8Array> {
+    const stdout = this.#execution.stdout;
+    if (stdout === undefined) throw new TypeError("Cannot get 'stdout': 'stdout' is not piped");
+    return stdout;
+  }
+
+  /** Stderr; throws if not piped. */
+  get stderr(): ReadableStream<Uint8Array> {
+    const stderr = this.#execution.stderr;
+    if (stderr === undefined) throw new TypeError("Cannot get 'stderr': 'stderr' is not piped");
+    return stderr;
+  }
+
+  /** Resolves when the command exited and its streams ended. */
+  get status(): Promise<CommandStatus> {
+    return this.#status;
+  }
+
+  /** Waits for exit and collects piped stdout and stderr. */
+  async output(): Promise<CommandOutput> {
+    const [stdout, stderr, status] = await Promise.all([
+      drain(this.#execution.stdout),
+      drain(this.#execution.stderr),
+      this.#status,
+    ]);
+    return toOutput(status, stdout, stderr);
+  }
+
+  /**
+   * Sends a signal to the command.
+   *
+   * @param signal Signal name or number. @default {"SIGTERM"}
+   * @throws {RangeError} For an unknown signal.
+   */
+  kill(signal: string | number = "SIGTERM"): void {
+    this.#execution.kill(signalName(signal));
+  }
+
+  /** Lets the command keep the host alive (the default). */
+  ref(): void {
+    this.#execution.ref();
+  }
+
+  /** Lets the host exit while the command runs. */
+  unref(): void {
+    this.#execution.unref();
+  }
+
+  /** Kills the command if it is still running and waits for it. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.#execution.kill("SIGTERM");
+    await this.#status.catch(() => {});
+  }
+}

@@ -1,0 +1,98 @@
+/**
+ * Errors of the pool itself. Bad arguments throw the built-in `TypeError` or `RangeError` at the call;
+ * everything the pool can fail at later is a {@linkcode SpawnPoolError} with a stable `code`.
+ *
+ * @module
+ */
+
+/** Stable codes of {@linkcode SpawnPoolError}. */
+export type SpawnPoolErrorCode =
+  /** The worker running the request died or its channel closed before the request completed. */
+  | "ERR_WORKER_DIED"
+  /** No worker could be started (missing runtime, bad permissions, failed handshake). */
+  | "ERR_WORKER_START"
+  /** The pool's queue is full (`maxQueue`). */
+  | "ERR_QUEUE_FULL"
+  /** The pool was closed before or while the request ran. */
+  | "ERR_POOL_CLOSED"
+  /** The command ran longer than its `timeout` and was killed. */
+  | "ERR_TIMEOUT"
+  /** Buffered output exceeded `maxBuffer` and the command was killed. */
+  | "ERR_MAX_BUFFER"
+  /** A worker broke the protocol; its channel was closed. */
+  | "ERR_PROTOCOL";
+
+/** Options for {@linkcode SpawnPoolError}. */
+export interface SpawnPoolErrorOptions {
+  /** The underlying error. */
+  cause?: unknown;
+  /** The command that was being run, if any. */
+  command?: string;
+}
+
+/**
+ * A failure of the pool rather than of the command: a worker died, the queue is full, the pool closed,
+ * a timeout or output limit was hit.
+ *
+ * @example Telling pool failures apart
+ * ```ts
+ * import { SpawnPoolError } from "./errors.ts";
+ * const error: unknown = new SpawnPoolError("ERR_QUEUE_FULL", "Queue is full");
+ * if (error instanceof SpawnPoolError && error.code === "ERR_QUEUE_FULL") {
+ *   // shed load
+ * }
+ * ```
+ */
+export class SpawnPoolError extends Error {
+  /** Stable machine-readable code. */
+  readonly code: SpawnPoolErrorCode;
+  /** The command being run when the failure happened, if any. */
+  readonly command: string | undefined;
+
+  /** Creates a pool error with a stable `code`. */
+  constructor(code: SpawnPoolErrorCode, message: string, options: SpawnPoolErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "SpawnPoolError";
+    this.code = code;
+    this.command = options.command;
+  }
+}
+
+/** What a worker reported for a command that could not start. */
+export interface SpawnErrorDetails {
+  /** Error code such as `ENOENT` or `EACCES`. */
+  code: string;
+  /** Negative errno where known. */
+  errno?: number;
+  /** Message from the worker's runtime. */
+  message: string;
+}
+
+/**
+ * A command that could not start (missing program, not executable, bad cwd). `code` is the errno name
+ * (`ENOENT`, `EACCES`, ...), as Node reports it. The Deno-shaped API rethrows it as the matching
+ * `Deno.errors` class when running in Deno.
+ */
+export class SpawnError extends Error {
+  /** Errno name such as `ENOENT`. */
+  readonly code: string;
+  /** Negative errno, where known. */
+  readonly errno: number | undefined;
+  /** The system call that failed, as Node names it. */
+  readonly syscall: string;
+  /** The program that failed to start. */
+  readonly path: string;
+  /** Its arguments. */
+  readonly spawnargs: readonly string[];
+
+  /** Creates a spawn error from a worker's report. */
+  constructor(details: SpawnErrorDetails, path: string, args: readonly string[]) {
+    super(`Failed to spawn "${path}": ${details.message}`);
+    this.name = "SpawnError";
+    this.code = details.code;
+    this.errno = details.errno;
+    this.syscall = `spawn ${path}`;
+    this.path = path;
+    this.spawnargs = args;
+  }
+}

@@ -1,0 +1,363 @@
+/**
+ * One pooled command as the host sees it, independent of the API shape it was started through:
+ * pid, output streams with credit-based flow control, stdin, exit, kill.
+ *
+ * @module
+ */
+
+import { SpawnError, type SpawnPoolError } from "./errors.ts";
+import {
+  concatBytes,
+  encodeCredit,
+  type ExitInfo,
+  Frame,
+  type SpawnFailure,
+  type SpawnRequest,
+  type StreamFd,
+} from "./frame.ts";
+import type { RequestSink, WorkerHandle } from "./worker_handle.ts";
+
+/** Size of stdin chunks sent to a worker. */
+const STDIN_CHUNK_BYTES = 256 * 1024;
+
+/** What a completed execution reports. */
+export interface Completion {
+  /** Exit status and why the worker stopped the child, if it did. */
+  info: ExitInfo;
+  /** Collected stdout (buffered requests only; empty otherwise). */
+  stdout: Uint8Array;
+  /** Collected stderr (buffered requests only; empty otherwise). */
+  stderr: Uint8Array;
+}
+
+/** Where an execution's stdin comes from when it is not a writable stream the caller drives. */
+export type StdinSource = Uint8Array | ReadableStream<Uint8Array>;
+
+/** The scheduler an execution is submitted to. */
+export interface Scheduler {
+  /** Assigns the execution a worker (now or when one is ready) and sends its spawn frame. */
+  submit(execution: Execution): void;
+}
+
+class Deferred<T> {
+  promise: Promise<T>;
+  resolve!: (value: T) => void;
+  reject!: (error: unknown) => void;
+  constructor() {
+    this.promise = new Promise<T>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+    // Callers that never look at a promise must not see an unhandled rejection.
+    this.promise.catch(() => {});
+  }
+}
+
+/** A stream of output from the worker, crediting the worker as the consumer reads. */
+class OutputStream {
+  readonly readable: ReadableStream<Uint8Array>;
+  #queue: Uint8Array[] = [];
+  #ended = false;
+  #error: unknown;
+  #waiting: (() => void) | undefined;
+  #uncredited = 0;
+
+  constructor(credit: (bytes: number) => void, window: number, onCancel: () => void) {
+    const threshold = Math.max(1, window >> 1);
+    this.readable = new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        while (this.#queue.length === 0 && !this.#ended && this.#error === undefined) {
+          await new Promise<void>((resolve) => (this.#waiting = resolve));
+        }
+        const chunk = this.#queue.shift();
+        if (chunk !== undefined) {
+          controller.enqueue(chunk);
+          this.#uncredited += chunk.byteLength;
+          if (this.#uncredited >= threshold || this.#queue.length === 0) {
+            credit(this.#uncredited);
+            this.#uncredited = 0;
+          }
+          return;
+        }
+        if (this.#error !== undefined) controller.error(this.#error);
+        else controller.close();
+      },
+      cancel: () => {
+        this.#queue = [];
+        onCancel();
+      },
+    }, { highWaterMark: 0 });
+  }
+
+  push(chunk: Uint8Array): void {
+    this.#queue.push(chunk);
+    this.#wake();
+  }
+
+  end(): void {
+    this.#ended = true;
+    this.#wake();
+  }
+
+  error(error: unknown): void {
+    if (this.#ended) return;
+    this.#error = error;
+    this.#wake();
+  }
+
+  #wake(): void {
+    const waiting = this.#waiting;
+    this.#waiting = undefined;
+    waiting?.();
+  }
+}
+
+/** Options of an {@linkcode Execution} beyond its spawn request. */
+export interface ExecutionOptions {
+  /** Input to pump into stdin (only with `stdin: "piped"`); without it a writable `stdin` is offered. */
+  stdinSource?: StdinSource;
+  /** Kills the child with SIGTERM when aborted. */
+  signal?: AbortSignal;
+}
+
+let nextId = 0;
+
+/** A pooled command in flight. */
+export class Execution implements RequestSink {
+  /** The request id, unique within the host process. */
+  readonly id: number;
+  /** What was asked of the worker. */
+  readonly request: SpawnRequest;
+  /** Resolves with the pid once the worker started the child; rejects with a {@linkcode SpawnError} or a pool error. */
+  readonly spawned: Promise<number>;
+  /** Resolves when the request completed; rejects with a {@linkcode SpawnError} or a pool error. */
+  readonly completed: Promise<Completion>;
+  /** Stdout, when streamed and piped. */
+  readonly stdout: ReadableStream<Uint8Array> | undefined;
+  /** Stderr, when streamed and piped. */
+  readonly stderr: ReadableStream<Uint8Array> | undefined;
+  /** Stdin, when piped without a source. */
+  readonly stdin: WritableStream<Uint8Array> | undefined;
+  /** The child's pid once known. */
+  pid: number | undefined;
+  /** Whether `kill()` sent a signal. */
+  killed = false;
+
+  #worker: WorkerHandle | undefined;
+  #assigned = new Deferred<WorkerHandle>();
+  #spawned = new Deferred<number>();
+  #completed = new Deferred<Completion>();
+  #outputs: [undefined, OutputStream | undefined, OutputStream | undefined] = [undefined, undefined, undefined];
+  #collected: [Uint8Array[], Uint8Array[], Uint8Array[]] = [[], [], []];
+  #acks: Array<Deferred<boolean>> = [];
+  #ref = true;
+  #done = false;
+  #signal: AbortSignal | undefined;
+  #onAbort = (): void => this.kill("SIGTERM");
+
+  /** Creates an execution and submits it to `scheduler`. */
+  constructor(scheduler: Scheduler, request: SpawnRequest, options: ExecutionOptions = {}) {
+    this.id = nextId = nextId >= 0xffff_fffe ? 1 : nextId + 1;
+    this.request = request;
+    this.spawned = this.#spawned.promise;
+    this.completed = this.#completed.promise;
+    if (!request.buffered) {
+      for (const fd of [1, 2] as const) {
+        if ((fd === 1 ? request.stdout : request.stderr) !== "piped") continue;
+        const stream = new OutputStream(
+          (bytes) => this.#send(Frame.Credit, encodeCredit(fd, bytes)),
+          request.window,
+          () => {},
+        );
+        this.#outputs[fd] = stream;
+      }
+    }
+    this.stdout = this.#outputs[1]?.readable;
+    this.stderr = this.#outputs[2]?.readable;
+    if (request.stdin === "piped") {
+      if (options.stdinSource === undefined) this.stdin = this.#writableStdin();
+      else void this.#pumpStdin(options.stdinSource);
+    }
+    const signal = options.signal;
+    if (signal !== undefined) {
+      if (signal.aborted) {
+        this.#fail(signal.reason);
+        return;
+      }
+      this.#signal = signal;
+      signal.addEventListener("abort", this.#onAbort, { once: true });
+    }
+    scheduler.submit(this);
+  }
+
+  /** Whether the execution keeps the host alive. */
+  get refed(): boolean {
+    return this.#ref;
+  }
+
+  /** Called by the scheduler once a worker took the request. */
+  assign(worker: WorkerHandle): void {
+    this.#worker = worker;
+    worker.begin(this.id, this, this.#ref);
+    this.#assigned.resolve(worker);
+  }
+
+  /** Sends a signal to the child (or its process group); queued until the child exists. */
+  kill(signal: string, group = false): void {
+    if (this.#done) return;
+    this.killed = true;
+    const text = new TextEncoder().encode(group ? `-${signal}` : signal);
+    void this.#assigned.promise.then((worker) => worker.send(Frame.Kill, this.id, text), () => {});
+  }
+
+  /** Lets the execution keep the host alive (the default). */
+  ref(): void {
+    if (this.#ref) return;
+    this.#ref = true;
+    if (!this.#done) this.#worker?.ref();
+  }
+
+  /** Stops the execution keeping the host alive. */
+  unref(): void {
+    if (!this.#ref) return;
+    this.#ref = false;
+    if (!this.#done) this.#worker?.unrefRequest();
+  }
+
+  /** Fails a queued execution that will never run (pool closed, queue full). */
+  reject(error: SpawnPoolError): void {
+    this.#fail(error);
+  }
+
+  // RequestSink
+
+  /** @internal */
+  onSpawned(pid: number): void {
+    this.pid = pid;
+    this.#spawned.resolve(pid);
+  }
+
+  /** @internal */
+  onSpawnError(failure: SpawnFailure): void {
+    this.#fail(new SpawnError(failure, this.request.cmd, this.request.args));
+  }
+
+  /** @internal */
+  onData(fd: StreamFd, chunk: Uint8Array): void {
+    const stream = this.#outputs[fd];
+    if (stream !== undefined) stream.push(chunk.slice());
+    else this.#collected[fd].push(chunk.slice());
+  }
+
+  /** @internal */
+  onStreamEnd(fd: StreamFd): void {
+    this.#outputs[fd]?.end();
+  }
+
+  /** @internal */
+  onStdinAck(written: boolean): void {
+    this.#acks.shift()?.resolve(written);
+  }
+
+  /** @internal */
+  onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void {
+    this.#outputs[1]?.end();
+    this.#outputs[2]?.end();
+    this.#collected[1].push(stdout);
+    this.#collected[2].push(stderr);
+    this.#finish();
+    this.#completed.resolve({
+      info,
+      stdout: concatBytes(this.#collected[1]).slice(),
+      stderr: concatBytes(this.#collected[2]).slice(),
+    });
+    this.#collected = [[], [], []];
+  }
+
+  /** @internal */
+  onFail(error: SpawnPoolError): void {
+    this.#fail(error);
+  }
+
+  #fail(error: unknown): void {
+    if (this.#done) return;
+    this.#finish();
+    this.#outputs[1]?.error(error);
+    this.#outputs[2]?.error(error);
+    this.#assigned.reject(error);
+    this.#spawned.reject(error);
+    this.#completed.reject(error);
+  }
+
+  #finish(): void {
+    this.#done = true;
+    this.#signal?.removeEventListener("abort", this.#onAbort);
+    for (const ack of this.#acks.splice(0)) ack.resolve(false);
+    if (this.#ref) this.#worker?.unrefRequest();
+  }
+
+  #send(type: typeof Frame.Credit | typeof Frame.Stdin | typeof Frame.StdinEnd, payload?: Uint8Array): void {
+    if (this.#worker !== undefined) this.#worker.send(type, this.id, payload);
+    else void this.#assigned.promise.then((worker) => worker.send(type, this.id, payload), () => {});
+  }
+
+  /** Sends one chunk of stdin; resolves false when the child closed its stdin or the request is done. */
+  async #writeStdin(chunk: Uint8Array): Promise<boolean> {
+    for (let offset = 0; offset < chunk.byteLength; offset += STDIN_CHUNK_BYTES) {
+      if (this.#done) return false;
+      const ack = new Deferred<boolean>();
+      this.#acks.push(ack);
+      this.#send(Frame.Stdin, chunk.subarray(offset, offset + STDIN_CHUNK_BYTES));
+      if (!(await ack.promise)) return false;
+    }
+    return true;
+  }
+
+  #endStdin(): void {
+    if (!this.#done) this.#send(Frame.StdinEnd);
+  }
+
+  async #pumpStdin(source: StdinSource): Promise<void> {
+    try {
+      if (source instanceof Uint8Array) {
+        if (source.byteLength > 0) await this.#writeStdin(source);
+        return;
+      }
+      const reader = source.getReader();
+      try {
+        while (true) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          if (!(await this.#writeStdin(value))) {
+            await reader.cancel();
+            break;
+          }
+        }
+      } finally {
+        reader.releaseLock();
+      }
+    } catch {
+      // A failing source ends stdin, as a closed pipe would.
+    } finally {
+      this.#endStdin();
+    }
+  }
+
+  #writableStdin(): WritableStream<Uint8Array> {
+    return new WritableStream<Uint8Array>({
+      write: async (chunk) => {
+        if (!(chunk instanceof Uint8Array)) {
+          throw new TypeError("Stdin accepts Uint8Array chunks only");
+        }
+        if (!(await this.#writeStdin(chunk))) {
+          const error = new Error("Broken pipe: the child closed its stdin") as Error & { code: string };
+          error.name = "BrokenPipe";
+          error.code = "EPIPE";
+          throw error;
+        }
+      },
+      close: () => this.#endStdin(),
+      abort: () => this.#endStdin(),
+    });
+  }
+}

@@ -1,0 +1,310 @@
+/**
+ * The wire protocol between a host and its workers: binary frames over one duplex byte stream.
+ *
+ * A frame is a 9-byte header followed by a payload:
+ *
+ * ```text
+ * u32 payload length | u8 type | u32 request id | payload
+ * ```
+ *
+ * Integers are big-endian. Request id 0 is the channel itself (hello). Payload bytes of stdio frames are
+ * the process's bytes, never re-encoded. The decoder treats its input as untrusted: an unknown type, an
+ * oversized length or a malformed payload is a {@linkcode ProtocolError}, never a crash.
+ *
+ * @module
+ */
+
+/** Version of the frame protocol; the worker states it in its hello and the host refuses a mismatch. */
+export const PROTOCOL_VERSION = 1;
+
+/** Bytes in a frame header. */
+export const HEADER_BYTES = 9;
+
+/** Largest payload a decoder accepts. Larger frames close the channel. */
+export const MAX_PAYLOAD_BYTES: number = 64 * 1024 * 1024;
+
+/** Frame types. Values below 16 travel host to worker, 16 and above worker to host. */
+export const Frame = {
+  /** host -> worker: start a command; payload is the JSON {@linkcode SpawnRequest}. */
+  Spawn: 1,
+  /** host -> worker: bytes for the child's stdin. */
+  Stdin: 2,
+  /** host -> worker: close the child's stdin. */
+  StdinEnd: 3,
+  /** host -> worker: send a signal; payload is the signal name, optionally prefixed with "-" for the group. */
+  Kill: 4,
+  /** host -> worker: the host consumed bytes of a stream; payload is u8 fd, u32 byte count. */
+  Credit: 5,
+  /** worker -> host: the worker is ready; payload is the JSON {@linkcode Hello}. */
+  Hello: 16,
+  /** worker -> host: the child started; payload is u32 pid. */
+  Spawned: 17,
+  /** worker -> host: the child could not start; payload is the JSON {@linkcode SpawnFailure}. */
+  SpawnError: 18,
+  /** worker -> host: bytes the child wrote to stdout. */
+  Stdout: 19,
+  /** worker -> host: bytes the child wrote to stderr. */
+  Stderr: 20,
+  /** worker -> host: a stream of the child ended; payload is u8 fd. */
+  StreamEnd: 21,
+  /** worker -> host: a stdin write finished; payload is u8 status (0 written, 1 the child closed stdin). */
+  StdinAck: 22,
+  /** worker -> host: the request is complete; payload is {@linkcode encodeExit}'s layout. */
+  Exit: 23,
+} as const;
+
+/** A frame type number. */
+export type FrameType = typeof Frame[keyof typeof Frame];
+
+/** Stdio stream numbers used in frames. */
+export type StreamFd = 1 | 2;
+
+/** What a worker says first. */
+export interface Hello {
+  /** Protocol version, {@linkcode PROTOCOL_VERSION}. */
+  version: number;
+  /** The worker's runtime. */
+  runtime: string;
+  /** The worker's process id. */
+  pid: number;
+}
+
+/** Why a child could not start, as the worker's runtime reported it. */
+export interface SpawnFailure {
+  /** Error code such as `ENOENT` or `EACCES`. */
+  code: string;
+  /** Negative errno where known. */
+  errno?: number;
+  /** Human-readable message from the worker's runtime. */
+  message: string;
+}
+
+/** How a stdio slot of a pooled command is connected. */
+export type StdioMode = "piped" | "inherit" | "null";
+
+/** The spawn request a host sends a worker (JSON). */
+export interface SpawnRequest {
+  /** Program to run. */
+  cmd: string;
+  /** Arguments, passed exactly. */
+  args: string[];
+  /** Working directory. */
+  cwd?: string;
+  /** Variables to set on top of the worker's environment (or alone with `clearEnv`). */
+  env?: Record<string, string>;
+  /** Start from an empty environment. */
+  clearEnv?: boolean;
+  /** Stdin mode. */
+  stdin: StdioMode;
+  /** Stdout mode. */
+  stdout: StdioMode;
+  /** Stderr mode. */
+  stderr: StdioMode;
+  /** Collect output in the worker and return it with the exit frame. */
+  buffered: boolean;
+  /** Kill the child after this many milliseconds. */
+  timeout?: number;
+  /** Signal for `timeout`. */
+  killSignal: string;
+  /** After `killSignal`, send SIGKILL if the child is still running this many milliseconds later. */
+  forceKillAfterDelay: number;
+  /** Kill the child if buffered output exceeds this many bytes. */
+  maxBuffer?: number;
+  /** Bytes of streamed output the worker may send ahead of the host's credit, per stream. */
+  window: number;
+}
+
+/** Why a completed request's child was stopped by the worker, if it was. */
+export type StopReason = "timeout" | "maxBuffer" | null;
+
+/** The decoded head of an exit frame. */
+export interface ExitInfo {
+  /** Exit code, or null when a signal ended the child. */
+  code: number | null;
+  /** Terminating signal name, or null. */
+  signal: string | null;
+  /** Set when the worker stopped the child itself. */
+  reason: StopReason;
+}
+
+/** A decoding failure: the channel that produced it must be closed. */
+export class ProtocolError extends Error {
+  /** Creates a protocol error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "ProtocolError";
+  }
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder("utf-8", { fatal: true });
+const EMPTY = new Uint8Array(0);
+
+/** Encodes a frame header. The payload is written separately so large payloads are never copied here. */
+export function encodeHeader(type: FrameType, id: number, length: number): Uint8Array {
+  const header = new Uint8Array(HEADER_BYTES);
+  const view = new DataView(header.buffer);
+  view.setUint32(0, length);
+  header[4] = type;
+  view.setUint32(5, id);
+  return header;
+}
+
+/** Encodes a JSON payload. */
+export function encodeJson(value: unknown): Uint8Array {
+  return encoder.encode(JSON.stringify(value));
+}
+
+/** Decodes a JSON payload that must be an object. */
+export function decodeJson(payload: Uint8Array): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(decoder.decode(payload));
+  } catch {
+    throw new ProtocolError("Frame payload is not valid JSON");
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new ProtocolError("Frame payload is not a JSON object");
+  }
+  return value as Record<string, unknown>;
+}
+
+/** Encodes a u32. */
+export function encodeU32(value: number): Uint8Array {
+  const bytes = new Uint8Array(4);
+  new DataView(bytes.buffer).setUint32(0, value);
+  return bytes;
+}
+
+/** Decodes a u32 payload. */
+export function decodeU32(payload: Uint8Array, offset = 0): number {
+  if (payload.byteLength < offset + 4) throw new ProtocolError("Frame payload is too short");
+  return new DataView(payload.buffer, payload.byteOffset, payload.byteLength).getUint32(offset);
+}
+
+/** Encodes a credit payload: stream fd and bytes consumed. */
+export function encodeCredit(fd: StreamFd, bytes: number): Uint8Array {
+  const out = new Uint8Array(5);
+  out[0] = fd;
+  new DataView(out.buffer).setUint32(1, bytes);
+  return out;
+}
+
+/** Decodes a stream fd (first payload byte). */
+export function decodeFd(payload: Uint8Array): StreamFd {
+  const fd = payload[0];
+  if (payload.byteLength < 1 || (fd !== 1 && fd !== 2)) throw new ProtocolError("Frame names no stream");
+  return fd;
+}
+
+/**
+ * Encodes an exit frame payload: u32 JSON length, JSON {@linkcode ExitInfo}, u32 stdout length, stdout,
+ * stderr. The trailing bytes are the buffered output not yet sent in stdout/stderr frames.
+ */
+export function encodeExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): Uint8Array[] {
+  const json = encodeJson(info);
+  const head = new Uint8Array(8 + json.byteLength);
+  const view = new DataView(head.buffer);
+  view.setUint32(0, json.byteLength);
+  head.set(json, 4);
+  view.setUint32(4 + json.byteLength, stdout.byteLength);
+  return [head, stdout, stderr];
+}
+
+/** Decodes an exit frame payload. */
+export function decodeExit(payload: Uint8Array): { info: ExitInfo; stdout: Uint8Array; stderr: Uint8Array } {
+  const jsonLength = decodeU32(payload, 0);
+  if (payload.byteLength < 8 + jsonLength) throw new ProtocolError("Exit frame is truncated");
+  const raw = decodeJson(payload.subarray(4, 4 + jsonLength));
+  const code = raw.code;
+  const signal = raw.signal;
+  const reason = raw.reason;
+  if (
+    !(code === null || (typeof code === "number" && Number.isInteger(code))) ||
+    !(signal === null || typeof signal === "string") ||
+    !(reason === null || reason === "timeout" || reason === "maxBuffer")
+  ) {
+    throw new ProtocolError("Exit frame has a malformed status");
+  }
+  const outLength = decodeU32(payload, 4 + jsonLength);
+  const start = 8 + jsonLength;
+  if (payload.byteLength < start + outLength) throw new ProtocolError("Exit frame is truncated");
+  return {
+    info: { code, signal, reason },
+    stdout: payload.subarray(start, start + outLength),
+    stderr: payload.subarray(start + outLength),
+  };
+}
+
+/** Receives decoded frames. The payload is only valid until the callback returns unless copied or kept. */
+export type FrameHandler = (type: number, id: number, payload: Uint8Array) => void;
+
+/**
+ * Incremental frame decoder. Payloads of frames that arrive whole in one chunk are zero-copy views of it.
+ */
+export class FrameDecoder {
+  #chunks: Uint8Array[] = [];
+  #size = 0;
+  #need = 0;
+  #onFrame: FrameHandler;
+
+  /** Creates a decoder that calls `onFrame` for each complete frame. */
+  constructor(onFrame: FrameHandler) {
+    this.#onFrame = onFrame;
+  }
+
+  /** Bytes held while waiting for the rest of a frame. */
+  get buffered(): number {
+    return this.#size;
+  }
+
+  /** Feeds bytes; throws {@linkcode ProtocolError} on a malformed frame. */
+  push(chunk: Uint8Array): void {
+    let data = chunk;
+    if (this.#size > 0) {
+      // Partial frames wait as a list and are joined once, when the whole frame is there.
+      this.#chunks.push(chunk);
+      this.#size += chunk.byteLength;
+      if (this.#size < this.#need) return;
+      data = concatBytes(this.#chunks, this.#size);
+      this.#chunks = [];
+      this.#size = 0;
+    }
+    const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+    let offset = 0;
+    this.#need = HEADER_BYTES;
+    while (data.byteLength - offset >= HEADER_BYTES) {
+      const length = view.getUint32(offset);
+      if (length > MAX_PAYLOAD_BYTES) {
+        throw new ProtocolError(`Frame of ${length} bytes exceeds the ${MAX_PAYLOAD_BYTES}-byte limit`);
+      }
+      const end = offset + HEADER_BYTES + length;
+      if (end > data.byteLength) {
+        this.#need = HEADER_BYTES + length;
+        break;
+      }
+      const type = data[offset + 4];
+      const id = view.getUint32(offset + 5);
+      this.#onFrame(type, id, data.subarray(offset + HEADER_BYTES, end));
+      offset = end;
+    }
+    if (offset < data.byteLength) {
+      const rest = data.slice(offset);
+      this.#chunks = [rest];
+      this.#size = rest.byteLength;
+    }
+  }
+}
+
+/** Concatenates byte chunks. */
+export function concatBytes(chunks: readonly Uint8Array[], total?: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0];
+  const size = total ?? chunks.reduce((sum, c) => sum + c.byteLength, 0);
+  const out = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return out;
+}

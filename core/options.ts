@@ -1,0 +1,127 @@
+/**
+ * Validation and defaults for what every API shape accepts; turns a call into a {@linkcode SpawnRequest}.
+ * Bad input throws `TypeError` or `RangeError` here, synchronously, before anything reaches a worker.
+ *
+ * @module
+ */
+
+import type { SpawnRequest, StdioMode } from "./frame.ts";
+import { signalName } from "./signals.ts";
+
+/** Options shared by every API shape. */
+export interface CommonOptions {
+  /** Working directory of the command. @default {the worker's, which is the host's at pool start} */
+  cwd?: string | URL;
+  /** Kill the command after this many milliseconds (with `killSignal`, then SIGKILL). @default {no limit} */
+  timeout?: number;
+  /** Signal sent on `timeout`. @default {"SIGTERM"} */
+  killSignal?: string | number;
+  /** After `killSignal`, send SIGKILL if the command still runs this many milliseconds later. @default {5000} */
+  forceKillAfterDelay?: number;
+  /** Kill the command when its buffered output passes this many bytes. @default {no limit} */
+  maxBuffer?: number;
+  /** Kills the command with SIGTERM when aborted. */
+  signal?: AbortSignal;
+}
+
+/** Everything a request is built from. */
+export interface RequestInput extends CommonOptions {
+  cmd: string | URL;
+  args: readonly string[];
+  env?: Record<string, string>;
+  clearEnv?: boolean;
+  stdin: StdioMode;
+  stdout: StdioMode;
+  stderr: StdioMode;
+  buffered: boolean;
+}
+
+/** Default flow-control window per stream: bytes a worker sends ahead of the host's reads. */
+export const DEFAULT_WINDOW = 1024 * 1024;
+/** Default delay between `killSignal` and SIGKILL. */
+export const DEFAULT_FORCE_KILL_AFTER_DELAY = 5000;
+
+function noNul(value: string, what: string): string {
+  if (value.includes("\0")) throw new TypeError(`${what} must not contain NUL bytes`);
+  return value;
+}
+
+/** A path from a string or a `file:` URL. */
+export function toPath(value: string | URL, what: string): string {
+  if (value instanceof URL) {
+    if (value.protocol !== "file:") throw new TypeError(`${what} must be a file: URL, got "${value.href}"`);
+    return noNul(decodeURIComponent(value.pathname), what);
+  }
+  if (typeof value !== "string") throw new TypeError(`${what} must be a string or a URL, got ${typeof value}`);
+  if (value === "") throw new TypeError(`${what} must not be empty`);
+  return noNul(value, what);
+}
+
+function positiveInteger(value: unknown, what: string, allowZero = false): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
+    throw new RangeError(`${what} must be a ${allowZero ? "non-negative" : "positive"} integer, got ${String(value)}`);
+  }
+  return value;
+}
+
+/**
+ * Validates a call and builds its request.
+ *
+ * @throws {TypeError} For a value of the wrong type or a string with a NUL byte.
+ * @throws {RangeError} For a number out of range or an unknown signal.
+ */
+export function buildRequest(input: RequestInput): SpawnRequest {
+  const cmd = toPath(input.cmd, "Command");
+  if (!Array.isArray(input.args)) throw new TypeError("Arguments must be an array of strings");
+  const args = input.args.map((arg, i) => {
+    if (typeof arg !== "string") throw new TypeError(`Argument ${i} must be a string, got ${typeof arg}`);
+    return noNul(arg, `Argument ${i}`);
+  });
+  let env: Record<string, string> | undefined;
+  if (input.env !== undefined) {
+    if (typeof input.env !== "object" || input.env === null) throw new TypeError("env must be an object");
+    env = {};
+    for (const [key, value] of Object.entries(input.env)) {
+      if (value === undefined) continue;
+      if (typeof value !== "string") {
+        throw new TypeError(`Environment variable "${key}" must be a string, got ${typeof value}`);
+      }
+      if (key === "" || key.includes("=")) throw new TypeError(`Invalid environment variable name "${key}"`);
+      env[noNul(key, "Environment variable name")] = noNul(value, `Environment variable "${key}"`);
+    }
+  }
+  const request: SpawnRequest = {
+    cmd,
+    args,
+    stdin: input.stdin,
+    stdout: input.stdout,
+    stderr: input.stderr,
+    buffered: input.buffered,
+    killSignal: signalName(input.killSignal ?? "SIGTERM"),
+    forceKillAfterDelay: input.forceKillAfterDelay === undefined
+      ? DEFAULT_FORCE_KILL_AFTER_DELAY
+      : positiveInteger(input.forceKillAfterDelay, "forceKillAfterDelay", true),
+    window: DEFAULT_WINDOW,
+  };
+  if (input.cwd !== undefined) request.cwd = toPath(input.cwd, "cwd");
+  if (env !== undefined) request.env = env;
+  if (input.clearEnv) request.clearEnv = true;
+  if (input.timeout !== undefined) request.timeout = positiveInteger(input.timeout, "timeout");
+  if (input.maxBuffer !== undefined) request.maxBuffer = positiveInteger(input.maxBuffer, "maxBuffer");
+  if (input.signal !== undefined && !(input.signal instanceof AbortSignal)) {
+    throw new TypeError("signal must be an AbortSignal");
+  }
+  return request;
+}
+
+/** Checks a stdio option against the values an API shape accepts. */
+export function stdioOption<T extends string>(
+  value: unknown,
+  allowed: readonly T[],
+  fallback: T,
+  what: string,
+): T {
+  if (value === undefined) return fallback;
+  if (typeof value === "string" && (allowed as readonly string[]).includes(value)) return value as T;
+  throw new TypeError(`${what} must be one of ${allowed.map((a) => `"${a}"`).join(", ")}, got ${String(value)}`);
+}

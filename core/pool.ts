@@ -1,0 +1,280 @@
+/**
+ * The pool: starts workers, balances requests across them, replaces workers that die and closes them.
+ *
+ * @module
+ */
+
+import type { Adapter, RuntimeName, WorkerLaunch } from "./adapter.ts";
+import { SpawnPoolError } from "./errors.ts";
+import type { Execution, Scheduler } from "./execution.ts";
+import { encodeJson, Frame } from "./frame.ts";
+import { WorkerHandle } from "./worker_handle.ts";
+
+/** What the pool needs from the world outside the core; supplied by the runtime-detecting entry. */
+export interface Platform {
+  /** The adapter of the runtime the host runs in. */
+  host: Adapter;
+  /** How to launch a worker of `runtime` (its executable, arguments and environment). */
+  launch(runtime: RuntimeName, execPath: string | undefined): WorkerLaunch;
+  /** The host's runtime. */
+  runtime: RuntimeName;
+  /** Logical cores, for the default size. */
+  cores: number;
+}
+
+/** Options of a pool. */
+export interface PoolOptions {
+  /**
+   * Number of worker processes.
+   *
+   * @default {Math.min(4, Math.max(2, cores))}
+   */
+  size?: number;
+  /**
+   * Runtime the workers run in, independent of the host's.
+   *
+   * @default {the host's runtime}
+   */
+  runtime?: RuntimeName;
+  /**
+   * Executable of the worker runtime.
+   *
+   * @default {the host's own executable for the same runtime, else the runtime's name looked up on PATH}
+   */
+  execPath?: string;
+  /**
+   * Requests that may wait for a worker (while workers start or are replaced) before new ones reject
+   * with `ERR_QUEUE_FULL`.
+   *
+   * @default {Infinity}
+   */
+  maxQueue?: number;
+}
+
+/** A snapshot of a pool's state. */
+export interface PoolStats {
+  /** Worker runtime. */
+  runtime: RuntimeName;
+  /** Requests running on workers. */
+  inFlight: number;
+  /** Requests waiting for a worker. */
+  queued: number;
+  /** One entry per live worker. */
+  workers: Array<{ pid: number; ready: boolean; inFlight: number; completed: number }>;
+  /** Workers started since the pool was created, replacements included. */
+  started: number;
+}
+
+/** How long to wait before replacing a worker that failed to start, doubled on each failure. */
+const RESTART_BACKOFF_MS = 100;
+const RESTART_BACKOFF_MAX_MS = 5_000;
+
+/** The runtime-neutral pool; the public `Pool` binds it to the detected platform. */
+export class PoolCore implements Scheduler {
+  readonly #platform: Platform;
+  readonly #size: number;
+  readonly #runtime: RuntimeName;
+  readonly #execPath: string | undefined;
+  readonly #maxQueue: number;
+  #workers: WorkerHandle[] = [];
+  #ready: WorkerHandle[] = [];
+  #starting = 0;
+  #started = 0;
+  #queue: Execution[] = [];
+  #closed: Promise<void> | undefined;
+  #failures = 0;
+  #lastStartError: SpawnPoolError | undefined;
+  #readyWaiters: Array<{ resolve: () => void; reject: (error: unknown) => void }> = [];
+
+  /**
+   * Creates a pool; no worker starts until the first request or {@linkcode PoolCore.ready}.
+   *
+   * @throws {RangeError} If `size` or `maxQueue` is not a positive integer.
+   * @throws {TypeError} If `runtime` is not "deno", "bun" or "node".
+   */
+  constructor(platform: Platform, options: PoolOptions = {}) {
+    if (typeof options !== "object" || options === null) throw new TypeError("Pool options must be an object");
+    const size = options.size ?? Math.min(4, Math.max(2, platform.cores));
+    if (!Number.isInteger(size) || size < 1) {
+      throw new RangeError(`Pool size must be a positive integer, got ${String(options.size)}`);
+    }
+    const maxQueue = options.maxQueue ?? Infinity;
+    if (maxQueue !== Infinity && (!Number.isInteger(maxQueue) || maxQueue < 0)) {
+      throw new RangeError(`maxQueue must be a non-negative integer, got ${String(options.maxQueue)}`);
+    }
+    const runtime = options.runtime ?? platform.runtime;
+    if (runtime !== "deno" && runtime !== "bun" && runtime !== "node") {
+      throw new TypeError(`Worker runtime must be "deno", "bun" or "node", got "${String(runtime)}"`);
+    }
+    if (options.execPath !== undefined && typeof options.execPath !== "string") {
+      throw new TypeError("execPath must be a string");
+    }
+    this.#platform = platform;
+    this.#size = size;
+    this.#runtime = runtime;
+    this.#execPath = options.execPath;
+    this.#maxQueue = maxQueue;
+  }
+
+  /** Starts the workers if they are not running and resolves when all have said hello. */
+  async ready(): Promise<void> {
+    this.#assertOpen();
+    this.#fill();
+    if (this.#ready.length >= this.#size) return;
+    await new Promise<void>((resolve, reject) => this.#readyWaiters.push({ resolve, reject }));
+  }
+
+  /** @internal Schedules an execution: to the least busy ready worker, or the queue. */
+  submit(execution: Execution): void {
+    if (this.#closed) {
+      execution.reject(new SpawnPoolError("ERR_POOL_CLOSED", "Pool is closed", { command: execution.request.cmd }));
+      return;
+    }
+    this.#fill();
+    const worker = this.#pick();
+    if (worker !== undefined) {
+      this.#assign(execution, worker);
+      return;
+    }
+    if (this.#queue.length >= this.#maxQueue) {
+      execution.reject(
+        new SpawnPoolError("ERR_QUEUE_FULL", `Pool queue is full (maxQueue ${this.#maxQueue})`, {
+          command: execution.request.cmd,
+        }),
+      );
+      return;
+    }
+    this.#queue.push(execution);
+  }
+
+  /** Counts of requests and workers. */
+  stats(): PoolStats {
+    let inFlight = 0;
+    for (const worker of this.#workers) inFlight += worker.inFlight;
+    return {
+      runtime: this.#runtime,
+      inFlight,
+      queued: this.#queue.length,
+      started: this.#started,
+      workers: this.#workers.map((worker) => ({
+        pid: worker.process.pid,
+        ready: this.#ready.includes(worker),
+        inFlight: worker.inFlight,
+        completed: worker.completed,
+      })),
+    };
+  }
+
+  /**
+   * Closes the pool. New requests reject with `ERR_POOL_CLOSED`. With `{ drain: true }` (the default)
+   * running and queued requests finish first; otherwise they fail with `ERR_POOL_CLOSED` and their
+   * commands are killed. Resolves when every worker has exited.
+   */
+  close(options: { drain?: boolean } = {}): Promise<void> {
+    if (this.#closed) return this.#closed;
+    const drain = options.drain ?? true;
+    this.#closed = this.#shutdown(drain);
+    return this.#closed;
+  }
+
+  async #shutdown(drain: boolean): Promise<void> {
+    const closedError = new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed");
+    for (const waiter of this.#readyWaiters.splice(0)) waiter.reject(closedError);
+    if (drain) {
+      while (this.#queue.length > 0 || this.#workers.some((w) => w.inFlight > 0)) {
+        if (this.#workers.length === 0 && this.#starting === 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    }
+    for (const execution of this.#queue.splice(0)) execution.reject(closedError);
+    const workers = [...this.#workers];
+    for (const worker of workers) {
+      worker.process.ref(); // the host stays up until the workers are gone
+      worker.close(closedError);
+    }
+    await Promise.all(workers.map((worker) => worker.process.exited));
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new SpawnPoolError("ERR_POOL_CLOSED", "Pool is closed");
+  }
+
+  #pick(): WorkerHandle | undefined {
+    let best: WorkerHandle | undefined;
+    for (const worker of this.#ready) {
+      if (best === undefined || worker.inFlight < best.inFlight) best = worker;
+    }
+    return best;
+  }
+
+  #assign(execution: Execution, worker: WorkerHandle): void {
+    execution.assign(worker);
+    worker.send(Frame.Spawn, execution.id, encodeJson(execution.request));
+  }
+
+  #fill(): void {
+    while (!this.#closed && this.#workers.length + this.#starting < this.#size) void this.#startOne();
+  }
+
+  async #startOne(): Promise<void> {
+    this.#starting++;
+    let handle: WorkerHandle;
+    try {
+      if (this.#failures > 0) {
+        const delay = Math.min(RESTART_BACKOFF_MAX_MS, RESTART_BACKOFF_MS * 2 ** (this.#failures - 1));
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+      const launch = this.#platform.launch(this.#runtime, this.#execPath);
+      const process = await this.#platform.host.startWorker(launch);
+      handle = new WorkerHandle(process, (closed) => this.#onWorkerClosed(closed));
+      this.#workers.push(handle);
+      this.#started++;
+    } catch (error) {
+      this.#onStartFailed(error);
+      return;
+    } finally {
+      this.#starting--;
+    }
+    try {
+      await handle.ready;
+    } catch (error) {
+      this.#onStartFailed(error);
+      return;
+    }
+    if (this.#closed) {
+      handle.close(new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed"));
+      return;
+    }
+    this.#failures = 0;
+    this.#ready.push(handle);
+    if (this.#ready.length >= this.#size) for (const waiter of this.#readyWaiters.splice(0)) waiter.resolve();
+    while (this.#queue.length > 0) this.#assign(this.#queue.shift()!, this.#pick()!);
+  }
+
+  #onStartFailed(error: unknown): void {
+    this.#failures++;
+    const startError = error instanceof SpawnPoolError ? error : new SpawnPoolError(
+      "ERR_WORKER_START",
+      `Could not start a ${this.#runtime} worker: ${error instanceof Error ? error.message : String(error)}`,
+      { cause: error },
+    );
+    this.#lastStartError = startError;
+    // With no worker able to run them, waiting requests fail instead of hanging.
+    if (this.#ready.length === 0) {
+      for (const execution of this.#queue.splice(0)) execution.reject(startError);
+      for (const waiter of this.#readyWaiters.splice(0)) waiter.reject(startError);
+    }
+  }
+
+  #onWorkerClosed(handle: WorkerHandle): void {
+    this.#workers = this.#workers.filter((w) => w !== handle);
+    this.#ready = this.#ready.filter((w) => w !== handle);
+    // Replace it when there is work; an idle pool refills on its next request.
+    if (!this.#closed && this.#queue.length > 0) this.#fill();
+  }
+
+  /** The last error a worker start failed with, for diagnostics. */
+  get lastStartError(): SpawnPoolError | undefined {
+    return this.#lastStartError;
+  }
+}

@@ -1,0 +1,230 @@
+/**
+ * The `Bun.spawn`-shaped API over a pool: `spawn([cmd, ...args], options)` or `spawn({ cmd, ...options })`.
+ *
+ * @module
+ */
+
+import { Execution, type Scheduler, type StdinSource } from "./execution.ts";
+import type { StdioMode } from "./frame.ts";
+import { buildRequest, type CommonOptions, stdioOption } from "./options.ts";
+import { signalName, signalNumber } from "./signals.ts";
+
+/** Stdio choices for stdout and stderr, as Bun names them. */
+export type BunOutput = "pipe" | "inherit" | "ignore" | null;
+
+/** Stdin choices, as Bun accepts them. */
+export type BunInput =
+  | "pipe"
+  | "inherit"
+  | "ignore"
+  | null
+  | string
+  | ArrayBufferView
+  | ArrayBuffer
+  | Blob
+  | Response
+  | ReadableStream<Uint8Array>;
+
+/** Options of a pooled spawn, as `Bun.spawn`'s plus the pool's own. */
+export interface SpawnOptions extends CommonOptions {
+  /** The environment, replacing the inherited one as in Bun. @default {the worker's environment} */
+  env?: Record<string, string | undefined>;
+  /** Stdin: "pipe" for a writable sink, bytes, a string, a Blob, a Response or a stream. @default {"ignore"} */
+  stdin?: BunInput;
+  /** Stdout. @default {"pipe"} */
+  stdout?: BunOutput;
+  /** Stderr. @default {"inherit"} */
+  stderr?: BunOutput;
+  /** Called once when the command exits or could not start. */
+  onExit?: (
+    subprocess: PooledSubprocess,
+    exitCode: number | null,
+    signalCode: string | null,
+    error?: Error,
+  ) => void | Promise<void>;
+}
+
+/** `spawn({ cmd, ...options })`. */
+export interface SpawnOptionsWithCmd extends SpawnOptions {
+  /** Program and arguments. */
+  cmd: string[];
+}
+
+/** A writable stdin, shaped like Bun's `FileSink`. */
+export interface PooledFileSink {
+  /** Queues bytes or text; returns the number of bytes queued. */
+  write(chunk: string | ArrayBufferView | ArrayBuffer): number;
+  /** Resolves when everything queued has been written to the command. */
+  flush(): Promise<number>;
+  /** Flushes and closes stdin. */
+  end(): Promise<number>;
+}
+
+function toBytes(chunk: string | ArrayBufferView | ArrayBuffer): Uint8Array {
+  if (typeof chunk === "string") return new TextEncoder().encode(chunk);
+  if (chunk instanceof ArrayBuffer) return new Uint8Array(chunk);
+  if (ArrayBuffer.isView(chunk)) return new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  throw new TypeError("Stdin accepts strings, ArrayBuffers and ArrayBuffer views");
+}
+
+function outputMode(value: unknown, fallback: BunOutput, what: string): StdioMode {
+  const mode = stdioOption(value === null ? "ignore" : value, ["pipe", "inherit", "ignore"], fallback ?? "ignore", what);
+  return mode === "pipe" ? "piped" : mode === "inherit" ? "inherit" : "null";
+}
+
+function stdinSource(value: BunInput | undefined): { mode: StdioMode; source?: StdinSource } {
+  if (value === undefined || value === null || value === "ignore") return { mode: "null" };
+  if (value === "pipe") return { mode: "piped" };
+  if (value === "inherit") return { mode: "inherit" };
+  if (typeof value === "string" || value instanceof ArrayBuffer || ArrayBuffer.isView(value)) {
+    return { mode: "piped", source: toBytes(value).slice() };
+  }
+  if (value instanceof ReadableStream) return { mode: "piped", source: value };
+  if (typeof Blob !== "undefined" && value instanceof Blob) return { mode: "piped", source: value.stream() };
+  if (typeof Response !== "undefined" && value instanceof Response) {
+    return { mode: "piped", source: value.body ?? new Uint8Array(0) };
+  }
+  throw new TypeError(`stdin must be "pipe", "inherit", "ignore", null, bytes, a string, a Blob or a stream`);
+}
+
+/** Parses the two call forms of `spawn`. */
+export function spawnArguments(
+  cmdOrOptions: string[] | SpawnOptionsWithCmd,
+  maybeOptions?: SpawnOptions,
+): { cmd: string[]; options: SpawnOptions } {
+  if (Array.isArray(cmdOrOptions)) return { cmd: cmdOrOptions, options: maybeOptions ?? {} };
+  if (typeof cmdOrOptions === "object" && cmdOrOptions !== null && Array.isArray(cmdOrOptions.cmd)) {
+    return { cmd: cmdOrOptions.cmd, options: cmdOrOptions };
+  }
+  throw new TypeError("spawn expects an array [cmd, ...args] or an options object with a 'cmd' array");
+}
+
+/** A running pooled command, shaped like Bun's `Subprocess`. */
+export class PooledSubprocess {
+  /** Stdin when it is "pipe"; undefined otherwise. */
+  readonly stdin: PooledFileSink | undefined;
+  /** Stdout when it is "pipe"; undefined otherwise. */
+  readonly stdout: ReadableStream<Uint8Array> | undefined;
+  /** Stderr when it is "pipe"; undefined otherwise. */
+  readonly stderr: ReadableStream<Uint8Array> | undefined;
+  /** Resolves with the exit code (128 + signal number after a signal); rejects if the command could not start. */
+  readonly exited: Promise<number>;
+  #execution: Execution;
+  #exitCode: number | null = null;
+  #signalCode: string | null = null;
+
+  /**
+   * Starts a command in `scheduler`'s pool.
+   *
+   * @throws {TypeError} If the command or an option has the wrong type or contains a NUL byte.
+   * @throws {RangeError} If a numeric option is out of range.
+   */
+  constructor(scheduler: Scheduler, cmd: string[], options: SpawnOptions) {
+    if (typeof options !== "object" || options === null) throw new TypeError("spawn options must be an object");
+    if (cmd.length === 0) throw new TypeError("spawn needs at least the program to run");
+    const stdin = stdinSource(options.stdin);
+    const request = buildRequest({
+      ...options,
+      cmd: cmd[0],
+      args: cmd.slice(1),
+      env: options.env as Record<string, string> | undefined,
+      clearEnv: options.env !== undefined,
+      stdin: stdin.mode,
+      stdout: outputMode(options.stdout, "pipe", "stdout"),
+      stderr: outputMode(options.stderr, "inherit", "stderr"),
+      buffered: false,
+    });
+    if (options.onExit !== undefined && typeof options.onExit !== "function") {
+      throw new TypeError("onExit must be a function");
+    }
+    const execution = new Execution(scheduler, request, { stdinSource: stdin.source, signal: options.signal });
+    this.#execution = execution;
+    this.stdout = execution.stdout;
+    this.stderr = execution.stderr;
+    this.stdin = execution.stdin === undefined ? undefined : fileSink(execution.stdin);
+    this.exited = execution.completed.then(({ info }) => {
+      this.#exitCode = info.code;
+      this.#signalCode = info.signal;
+      return info.signal !== null ? 128 + (signalNumber(info.signal) ?? 0) : info.code ?? 1;
+    });
+    this.exited.catch(() => {});
+    const onExit = options.onExit;
+    if (onExit !== undefined) {
+      this.exited.then(
+        () => onExit(this, this.#exitCode, this.#signalCode),
+        (error) => onExit(this, null, null, error),
+      );
+    }
+  }
+
+  /** The pid, once the worker has reported it (after `spawned` resolves). */
+  get pid(): number | undefined {
+    return this.#execution.pid;
+  }
+
+  /** Resolves with the pid once the command started; rejects if it could not start. */
+  get spawned(): Promise<number> {
+    return this.#execution.spawned;
+  }
+
+  /** Exit code, or null while running or after a signal. */
+  get exitCode(): number | null {
+    return this.#exitCode;
+  }
+
+  /** The signal that ended the command, or null. */
+  get signalCode(): string | null {
+    return this.#signalCode;
+  }
+
+  /** Whether `kill()` was called. */
+  get killed(): boolean {
+    return this.#execution.killed;
+  }
+
+  /**
+   * Sends a signal to the command.
+   *
+   * @param signal Signal name or number. @default {"SIGTERM"}
+   * @throws {RangeError} For an unknown signal.
+   */
+  kill(signal: string | number = "SIGTERM"): void {
+    this.#execution.kill(signalName(signal));
+  }
+
+  /** Lets the command keep the host alive (the default). */
+  ref(): void {
+    this.#execution.ref();
+  }
+
+  /** Lets the host exit while the command runs. */
+  unref(): void {
+    this.#execution.unref();
+  }
+}
+
+function fileSink(stdin: WritableStream<Uint8Array>): PooledFileSink {
+  const writer = stdin.getWriter();
+  let queued = Promise.resolve();
+  let pending = 0;
+  return {
+    write(chunk) {
+      const bytes = toBytes(chunk).slice();
+      pending += bytes.byteLength;
+      queued = queued.then(() => writer.write(bytes));
+      queued.catch(() => {});
+      return bytes.byteLength;
+    },
+    async flush() {
+      const bytes = pending;
+      pending = 0;
+      await queued;
+      return bytes;
+    },
+    async end() {
+      const bytes = await this.flush();
+      await writer.close();
+      return bytes;
+    },
+  };
+}

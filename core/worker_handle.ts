@@ -1,0 +1,230 @@
+/**
+ * The host's side of one worker: its channel, the requests in flight on it, and whether it keeps the
+ * host alive.
+ *
+ * @module
+ */
+
+import type { WorkerProcess } from "./adapter.ts";
+import { SpawnPoolError } from "./errors.ts";
+import {
+  decodeExit,
+  decodeFd,
+  decodeJson,
+  decodeU32,
+  type ExitInfo,
+  Frame,
+  FrameDecoder,
+  type FrameType,
+  type Hello,
+  ProtocolError,
+  PROTOCOL_VERSION,
+  type SpawnFailure,
+  type StreamFd,
+} from "./frame.ts";
+import { FrameWriter } from "./frame_writer.ts";
+
+/** Receives the frames of one request. */
+export interface RequestSink {
+  /** The child started. */
+  onSpawned(pid: number): void;
+  /** The child could not start. */
+  onSpawnError(failure: SpawnFailure): void;
+  /** Output arrived. */
+  onData(fd: StreamFd, chunk: Uint8Array): void;
+  /** A stream ended. */
+  onStreamEnd(fd: StreamFd): void;
+  /** A stdin write finished. */
+  onStdinAck(written: boolean): void;
+  /** The request completed. */
+  onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void;
+  /** The request failed in the pool (worker died, pool closed). */
+  onFail(error: SpawnPoolError): void;
+}
+
+/** How long a new worker may take to say hello. */
+const HELLO_TIMEOUT_MS = 30_000;
+
+/** The host's handle on one worker process. */
+export class WorkerHandle {
+  /** The worker process. */
+  readonly process: WorkerProcess;
+  /** Resolves once the worker said hello; rejects if it does not. */
+  readonly ready: Promise<Hello>;
+  /** Requests completed by this worker. */
+  completed = 0;
+  #writer: FrameWriter;
+  #requests = new Map<number, RequestSink>();
+  #refs = 1; // held until hello, so a host awaiting `ready()` stays alive
+  #closed: SpawnPoolError | undefined;
+  #onClose: (handle: WorkerHandle, error: SpawnPoolError) => void;
+  #rejectHello: (error: SpawnPoolError) => void = () => {};
+
+  /** Wraps a started worker; `onClose` is called once when its channel closes. */
+  constructor(process: WorkerProcess, onClose: (handle: WorkerHandle, error: SpawnPoolError) => void) {
+    this.process = process;
+    this.#onClose = onClose;
+    this.#writer = new FrameWriter(process.channel);
+    let helloResolve!: (hello: Hello) => void;
+    let helloReject!: (error: Error) => void;
+    let helloDone = false;
+    this.ready = new Promise<Hello>((resolve, reject) => {
+      helloResolve = resolve;
+      helloReject = reject;
+    });
+    this.ready.catch(() => {});
+    const helloTimer = setTimeout(() => {
+      this.#shutdown(new SpawnPoolError("ERR_WORKER_START", "Worker did not say hello in time"));
+    }, HELLO_TIMEOUT_MS);
+
+    const decoder = new FrameDecoder((type, id, payload) => {
+      if (!helloDone) {
+        if (type !== Frame.Hello) throw new ProtocolError("Worker spoke before saying hello");
+        const hello = decodeJson(payload);
+        if (hello.version !== PROTOCOL_VERSION) {
+          throw new ProtocolError(
+            `Worker speaks protocol version ${hello.version}, host speaks ${PROTOCOL_VERSION}`,
+          );
+        }
+        helloDone = true;
+        clearTimeout(helloTimer);
+        this.#unref();
+        helloResolve(hello as unknown as Hello);
+        return;
+      }
+      this.#dispatch(type, id, payload);
+    });
+    process.channel.start({
+      data: (chunk) => {
+        try {
+          decoder.push(chunk);
+        } catch (error) {
+          this.#shutdown(
+            new SpawnPoolError("ERR_PROTOCOL", `Worker ${process.pid} broke the protocol: ${message(error)}`, {
+              cause: error,
+            }),
+          );
+        }
+      },
+      close: (error) => {
+        this.#shutdown(
+          new SpawnPoolError(
+            helloDone ? "ERR_WORKER_DIED" : "ERR_WORKER_START",
+            helloDone
+              ? `Worker ${process.pid} exited or closed its channel`
+              : `Worker ${process.pid} exited before it was ready`,
+            { cause: error },
+          ),
+        );
+      },
+    });
+    this.#rejectHello = (error) => {
+      clearTimeout(helloTimer);
+      if (!helloDone) helloReject(error);
+    };
+    // A worker whose process died must not wait for its channel to close: a grandchild could hold it.
+    void process.exited.then(() => {
+      this.#shutdown(
+        new SpawnPoolError(
+          helloDone ? "ERR_WORKER_DIED" : "ERR_WORKER_START",
+          helloDone ? `Worker ${process.pid} exited` : `Worker ${process.pid} exited before it was ready`,
+        ),
+      );
+    });
+  }
+
+  /** Requests in flight on this worker. */
+  get inFlight(): number {
+    return this.#requests.size;
+  }
+
+  /** Whether the worker's channel has closed. */
+  get closed(): boolean {
+    return this.#closed !== undefined;
+  }
+
+  /** Registers a request; `ref` says whether it keeps the host alive. */
+  begin(id: number, sink: RequestSink, ref: boolean): void {
+    this.#requests.set(id, sink);
+    if (ref) this.ref();
+  }
+
+  /** Sends a frame for a request. */
+  send(type: FrameType, id: number, payload?: Uint8Array | readonly Uint8Array[]): void {
+    if (this.#closed === undefined) this.#writer.send(type, id, payload);
+  }
+
+  /** Takes one keep-alive reference. */
+  ref(): void {
+    if (this.#refs++ === 0 && !this.#closed) {
+      this.process.ref();
+      this.process.channel.ref();
+    }
+  }
+
+  /** Drops one keep-alive reference. */
+  unrefRequest(): void {
+    this.#unref();
+  }
+
+  #unref(): void {
+    if (--this.#refs === 0 && !this.#closed) {
+      this.process.unref();
+      this.process.channel.unref();
+    }
+  }
+
+  /** Closes the channel; the worker kills its children and exits. In-flight requests fail with `error`. */
+  close(error: SpawnPoolError): void {
+    this.#shutdown(error);
+  }
+
+  #dispatch(type: number, id: number, payload: Uint8Array): void {
+    const sink = this.#requests.get(id);
+    if (sink === undefined) throw new ProtocolError(`Frame of type ${type} for unknown request ${id}`);
+    switch (type) {
+      case Frame.Spawned:
+        return sink.onSpawned(decodeU32(payload));
+      case Frame.SpawnError: {
+        const raw = decodeJson(payload);
+        if (typeof raw.code !== "string" || typeof raw.message !== "string") {
+          throw new ProtocolError("Spawn error frame is malformed");
+        }
+        this.#requests.delete(id);
+        this.completed++;
+        return sink.onSpawnError(raw as unknown as SpawnFailure);
+      }
+      case Frame.Stdout:
+        return sink.onData(1, payload);
+      case Frame.Stderr:
+        return sink.onData(2, payload);
+      case Frame.StreamEnd:
+        return sink.onStreamEnd(decodeFd(payload));
+      case Frame.StdinAck:
+        return sink.onStdinAck(payload[0] === 0);
+      case Frame.Exit: {
+        const { info, stdout, stderr } = decodeExit(payload);
+        this.#requests.delete(id);
+        this.completed++;
+        return sink.onExit(info, stdout, stderr);
+      }
+      default:
+        throw new ProtocolError(`Unknown frame type ${type}`);
+    }
+  }
+
+  #shutdown(error: SpawnPoolError): void {
+    if (this.#closed) return;
+    this.#closed = error;
+    this.#rejectHello(error);
+    this.process.channel.close();
+    const sinks = [...this.#requests.values()];
+    this.#requests.clear();
+    for (const sink of sinks) sink.onFail(error);
+    this.#onClose(this, error);
+  }
+}
+
+function message(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,27 @@
+/**
+ * spawnpool runs child processes through a pool of long-lived worker processes, so the host's main
+ * thread never pays for fork/exec. It offers the `Deno.Command` shape (`new Command`, `pool.command`),
+ * the `Bun.spawn` shape (`spawn`, `pool.spawn`), and works in Deno, Bun and Node.
+ *
+ * @example Quick start
+ * ```ts
+ * import { Command, Pool } from "./mod.ts";
+ *
+ * // Drop-in for Deno.Command, on a default pool that starts itself:
+ * const { stdout } = await new Command("echo", { args: ["hi"] }).output();
+ *
+ * // An explicit pool, with Bun.spawn's shape:
+ * await using pool = new Pool({ size: 2 });
+ * const proc = pool.spawn(["cat"], { stdin: new TextEncoder().encode("bytes in") });
+ * console.log(await new Response(proc.stdout).text());
+ * ```
+ *
+ * @module
+ */
+
+export { Command, Pool, spawn } from "./pool.ts";
+export type { CommandOptions, PoolOptions, PoolStats, SpawnOptions, SpawnOptionsWithCmd } from "./pool.ts";
+export type { CommandOutput, CommandStatus, PooledChildProcess, PoolCommand } from "./core/command.ts";
+export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./core/subprocess.ts";
+export type { RuntimeName } from "./core/adapter.ts";
+export { SpawnError, SpawnPoolError, type SpawnPoolErrorCode } from "./core/errors.ts";

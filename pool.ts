@@ -1,0 +1,142 @@
+/**
+ * The public pool, bound to the runtime it runs in, and the drop-ins backed by a lazily started
+ * default pool.
+ *
+ * @module
+ */
+
+import { currentPlatform } from "./adapters/runtime.ts";
+import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./core/command.ts";
+import type { Scheduler } from "./core/execution.ts";
+import { PoolCore, type PoolOptions, type PoolStats } from "./core/pool.ts";
+import {
+  type PooledSubprocess as Subprocess,
+  PooledSubprocess,
+  spawnArguments,
+  type SpawnOptions,
+  type SpawnOptionsWithCmd,
+} from "./core/subprocess.ts";
+
+/**
+ * A pool of long-lived worker processes that run commands for this process. Workers start on first
+ * use, never keep the process alive while idle, and are replaced when they die.
+ *
+ * @example Both API shapes on one pool
+ * ```ts
+ * import { Pool } from "./mod.ts";
+ *
+ * await using pool = new Pool({ size: 2 });
+ * const out = await pool.command("echo", { args: ["hi"] }).output();
+ * console.log(new TextDecoder().decode(out.stdout)); // "hi\n"
+ *
+ * const proc = pool.spawn(["echo", "hello"]);
+ * console.log(await new Response(proc.stdout).text(), await proc.exited); // "hello\n" 0
+ * ```
+ */
+export class Pool {
+  readonly #core: PoolCore;
+
+  /**
+   * Creates a pool; no worker starts until the first command or `ready()`.
+   *
+   * @param options Size, worker runtime and limits.
+   * @throws {RangeError} If `size` or `maxQueue` is out of range.
+   * @throws {TypeError} If `runtime` is not "deno", "bun" or "node".
+   */
+  constructor(options: PoolOptions = {}) {
+    this.#core = new PoolCore(currentPlatform(), options);
+  }
+
+  /** Starts every worker and resolves when all are ready. */
+  ready(): Promise<void> {
+    return this.#core.ready();
+  }
+
+  /**
+   * A command shaped like `Deno.Command`: call `output()` or `spawn()` on it.
+   *
+   * @param cmd Program to run (name on PATH, path or file URL).
+   * @param options `Deno.CommandOptions` plus the pool's own.
+   * @throws {TypeError} For a bad argument.
+   */
+  command(cmd: string | URL, options?: CommandOptions): PoolCommand {
+    return new PoolCommand(this.#core, cmd, options);
+  }
+
+  /**
+   * Starts a command shaped like `Bun.spawn`: `spawn([cmd, ...args], options)` or `spawn({ cmd, ... })`.
+   *
+   * @throws {TypeError} For a bad argument.
+   */
+  spawn(cmd: string[] | SpawnOptionsWithCmd, options?: SpawnOptions): PooledSubprocess {
+    const parsed = spawnArguments(cmd, options);
+    return new PooledSubprocess(this.#core, parsed.cmd, parsed.options);
+  }
+
+  /** In-flight and queued requests, and per-worker counts. */
+  stats(): PoolStats {
+    return this.#core.stats();
+  }
+
+  /**
+   * Closes the pool: with `drain` (the default) running and queued commands finish first; without it
+   * they fail with `ERR_POOL_CLOSED` and are killed. Resolves when every worker has exited.
+   */
+  close(options?: { drain?: boolean }): Promise<void> {
+    return this.#core.close(options);
+  }
+
+  /** Closes the pool, letting running commands finish. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+
+let shared: PoolCore | undefined;
+
+function defaultPool(): Scheduler {
+  shared ??= new PoolCore(currentPlatform());
+  return shared;
+}
+
+/**
+ * `Deno.Command` backed by the default pool: replace `new Deno.Command(...)` with `new Command(...)`.
+ *
+ * @example Swapping Deno.Command
+ * ```ts
+ * import { Command } from "./mod.ts";
+ *
+ * const { stdout } = await new Command("echo", { args: ["hi"] }).output();
+ * console.log(new TextDecoder().decode(stdout)); // "hi\n"
+ * ```
+ */
+export class Command extends PoolCommand {
+  /**
+   * Creates a command on the default pool.
+   *
+   * @throws {TypeError} For a bad argument.
+   */
+  constructor(cmd: string | URL, options?: CommandOptions) {
+    super(defaultPool(), cmd, options);
+  }
+}
+
+/**
+ * `Bun.spawn` backed by the default pool.
+ *
+ * @example Swapping Bun.spawn
+ * ```ts
+ * import { spawn } from "./mod.ts";
+ *
+ * const proc = spawn(["echo", "hi"]);
+ * console.log(await new Response(proc.stdout).text()); // "hi\n"
+ * ```
+ *
+ * @throws {TypeError} For a bad argument.
+ */
+export function spawn(cmd: string[] | SpawnOptionsWithCmd, options?: SpawnOptions): Subprocess {
+  const parsed = spawnArguments(cmd, options);
+  return new PooledSubprocess(defaultPool(), parsed.cmd, parsed.options);
+}
+
+export type { CommandOptions, PooledChildProcess, PoolOptions, PoolStats, SpawnOptions, SpawnOptionsWithCmd };

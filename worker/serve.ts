@@ -1,0 +1,298 @@
+/**
+ * The worker's main loop, runtime-neutral: reads spawn requests from the host, runs them through the
+ * runtime adapter and streams the children's output back. When the channel closes (the host died or
+ * closed the pool) or the worker is told to terminate, every child's process group is killed first.
+ *
+ * @module
+ */
+
+import { type Adapter, type ByteChannel, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
+import {
+  concatBytes,
+  decodeFd,
+  decodeJson,
+  decodeU32,
+  encodeExit,
+  encodeJson,
+  encodeU32,
+  Frame,
+  FrameDecoder,
+  ProtocolError,
+  PROTOCOL_VERSION,
+  type SpawnRequest,
+  type StopReason,
+  type StreamFd,
+} from "../core/frame.ts";
+import { FrameWriter } from "../core/frame_writer.ts";
+
+/** Buffered output beyond this many bytes is sent ahead in stdout/stderr frames. */
+const FLUSH_BYTES = 1024 * 1024;
+/** After exit, how long a piped stream may stay silent before it is released (a grandchild holds it). */
+const STREAM_GRACE_MS = 200;
+
+const STDIN_OK = new Uint8Array([0]);
+const STDIN_CLOSED = new Uint8Array([1]);
+const FD_BYTE: Record<StreamFd, Uint8Array> = { 1: new Uint8Array([1]), 2: new Uint8Array([2]) };
+const EMPTY = new Uint8Array(0);
+
+type StdinOp = Uint8Array | "end";
+
+class Job {
+  readonly id: number;
+  readonly request: SpawnRequest;
+  child: SpawnedChild | undefined;
+  /** Stdin writes and kills that arrived before the child was spawned. */
+  early: Array<StdinOp | { signal: string; group: boolean }> = [];
+  /** Unacknowledged bytes per stream (streamed mode) or collected chunks (buffered mode). */
+  unacked: [number, number, number] = [0, 0, 0];
+  paused: [boolean, boolean, boolean] = [false, false, false];
+  open: [boolean, boolean, boolean];
+  collected: [Uint8Array[], Uint8Array[], Uint8Array[]] = [[], [], []];
+  collectedBytes = 0;
+  totalBytes = 0;
+  exit: { code: number | null; signal: string | null } | undefined;
+  reason: StopReason = null;
+  stdinChain: Promise<unknown> = Promise.resolve();
+  timers: ReturnType<typeof setTimeout>[] = [];
+  grace: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(id: number, request: SpawnRequest) {
+    this.id = id;
+    this.request = request;
+    this.open = [false, request.stdout === "piped", request.stderr === "piped"];
+  }
+}
+
+function parseRequest(payload: Uint8Array): SpawnRequest {
+  const raw = decodeJson(payload);
+  const isStringArray = (v: unknown) => Array.isArray(v) && v.every((s) => typeof s === "string");
+  const isMode = (v: unknown) => v === "piped" || v === "inherit" || v === "null";
+  const isCount = (v: unknown) => typeof v === "number" && Number.isFinite(v) && v >= 0;
+  if (
+    typeof raw.cmd !== "string" || !isStringArray(raw.args) ||
+    !(raw.cwd === undefined || typeof raw.cwd === "string") ||
+    !(raw.env === undefined ||
+      (typeof raw.env === "object" && raw.env !== null &&
+        Object.values(raw.env).every((v) => typeof v === "string"))) ||
+    !isMode(raw.stdin) || !isMode(raw.stdout) || !isMode(raw.stderr) ||
+    typeof raw.buffered !== "boolean" || typeof raw.killSignal !== "string" ||
+    !isCount(raw.forceKillAfterDelay) || !isCount(raw.window) || raw.window === 0 ||
+    !(raw.timeout === undefined || isCount(raw.timeout)) ||
+    !(raw.maxBuffer === undefined || isCount(raw.maxBuffer))
+  ) {
+    throw new ProtocolError("Spawn request is malformed");
+  }
+  return raw as unknown as SpawnRequest;
+}
+
+/**
+ * Serves spawn requests arriving on `channel` until it closes, then kills what is left and exits.
+ *
+ * @param adapter The runtime adapter of this worker process.
+ * @param channel The channel to the host.
+ */
+export function serve(adapter: Adapter, channel: ByteChannel): void {
+  const writer = new FrameWriter(channel);
+  const jobs = new Map<number, Job>();
+  let stopping = false;
+
+  const stop = (code: number): void => {
+    if (stopping) return;
+    stopping = true;
+    for (const job of jobs.values()) {
+      if (job.child && !job.exit) job.child.kill("SIGKILL", true);
+    }
+    adapter.exit(code);
+  };
+
+  const finish = (job: Job): void => {
+    if (!job.exit || job.open[1] || job.open[2]) return;
+    for (const timer of job.timers) clearTimeout(timer);
+    if (job.grace !== undefined) clearTimeout(job.grace);
+    jobs.delete(job.id);
+    const out = job.request.buffered ? concatBytes(job.collected[1]) : EMPTY;
+    const err = job.request.buffered ? concatBytes(job.collected[2]) : EMPTY;
+    writer.send(Frame.Exit, job.id, encodeExit({ ...job.exit, reason: job.reason }, out, err));
+  };
+
+  const flushCollected = (job: Job): void => {
+    for (const fd of [1, 2] as const) {
+      const chunks = job.collected[fd];
+      if (chunks.length > 0) writer.send(fd === 1 ? Frame.Stdout : Frame.Stderr, job.id, concatBytes(chunks));
+      job.collected[fd] = [];
+    }
+    job.collectedBytes = 0;
+  };
+
+  /** Arms the quiet-period timer that releases streams a grandchild keeps open after exit. */
+  const armGrace = (job: Job): void => {
+    if (job.grace !== undefined) clearTimeout(job.grace);
+    job.grace = undefined;
+    if (!job.exit || job.paused[1] || job.paused[2]) return;
+    job.grace = setTimeout(() => {
+      job.grace = undefined;
+      job.child?.release();
+      for (const fd of [1, 2] as const) {
+        if (job.open[fd]) {
+          job.open[fd] = false;
+          if (!job.request.buffered) writer.send(Frame.StreamEnd, job.id, FD_BYTE[fd]);
+        }
+      }
+      finish(job);
+    }, STREAM_GRACE_MS);
+  };
+
+  const killChild = (job: Job, signal: string, group: boolean): void => {
+    if (job.exit) return;
+    try {
+      job.child!.kill(signal, group);
+    } catch {
+      // The child may have exited between the check and the signal.
+    }
+  };
+
+  const stopFor = (job: Job, reason: StopReason, signal: string): void => {
+    if (job.exit || job.reason !== null) return;
+    job.reason = reason;
+    killChild(job, signal, true);
+    const force = setTimeout(() => killChild(job, "SIGKILL", true), job.request.forceKillAfterDelay);
+    job.timers.push(force);
+  };
+
+  const writeStdin = (job: Job, op: StdinOp): void => {
+    const child = job.child!;
+    if (op === "end") {
+      job.stdinChain = job.stdinChain.then(() => child.closeStdin());
+      return;
+    }
+    job.stdinChain = job.stdinChain
+      .then(() => child.write(op))
+      .then(
+        (ok) => writer.send(Frame.StdinAck, job.id, ok ? STDIN_OK : STDIN_CLOSED),
+        () => writer.send(Frame.StdinAck, job.id, STDIN_CLOSED),
+      );
+  };
+
+  const start = async (job: Job): Promise<void> => {
+    const { request } = job;
+    let child: SpawnedChild;
+    try {
+      child = await adapter.spawn(request, {
+        data(fd, chunk) {
+          if (request.buffered) {
+            job.totalBytes += chunk.byteLength;
+            if (request.maxBuffer !== undefined && job.totalBytes > request.maxBuffer) {
+              stopFor(job, "maxBuffer", "SIGKILL");
+              return;
+            }
+            job.collected[fd].push(chunk);
+            job.collectedBytes += chunk.byteLength;
+            if (job.collectedBytes >= FLUSH_BYTES) flushCollected(job);
+          } else {
+            writer.send(fd === 1 ? Frame.Stdout : Frame.Stderr, job.id, chunk);
+            job.unacked[fd] += chunk.byteLength;
+            if (job.unacked[fd] >= request.window && !job.paused[fd]) {
+              job.paused[fd] = true;
+              job.child?.pause(fd);
+            }
+          }
+          if (job.exit) armGrace(job);
+        },
+        end(fd) {
+          if (!job.open[fd]) return;
+          job.open[fd] = false;
+          if (!request.buffered) writer.send(Frame.StreamEnd, job.id, FD_BYTE[fd]);
+          finish(job);
+        },
+        exit(code, signal) {
+          job.exit = { code, signal };
+          armGrace(job);
+          finish(job);
+        },
+      });
+    } catch (error) {
+      jobs.delete(job.id);
+      const failure = error instanceof SpawnFailed
+        ? error.failure
+        : { code: "EUNKNOWN", message: error instanceof Error ? error.message : String(error) };
+      writer.send(Frame.SpawnError, job.id, encodeJson(failure));
+      return;
+    }
+    job.child = child;
+    writer.send(Frame.Spawned, job.id, encodeU32(child.pid));
+    if (request.timeout !== undefined) {
+      job.timers.push(setTimeout(() => stopFor(job, "timeout", request.killSignal), request.timeout));
+    }
+    for (const op of job.early) {
+      if (op === "end" || op instanceof Uint8Array) writeStdin(job, op);
+      else killChild(job, op.signal, op.group);
+    }
+    job.early = [];
+  };
+
+  const onFrame = (type: number, id: number, payload: Uint8Array): void => {
+    if (type === Frame.Spawn) {
+      if (jobs.has(id) || id === 0) throw new ProtocolError(`Request id ${id} is already in use`);
+      const job = new Job(id, parseRequest(payload));
+      jobs.set(id, job);
+      void start(job);
+      return;
+    }
+    const job = jobs.get(id);
+    // Frames for requests that already completed are normal (a kill racing an exit): ignore them.
+    if (job === undefined) {
+      if (type < Frame.Spawn || type > Frame.Credit) throw new ProtocolError(`Unknown frame type ${type}`);
+      return;
+    }
+    switch (type) {
+      case Frame.Stdin:
+      case Frame.StdinEnd: {
+        const op: StdinOp = type === Frame.Stdin ? payload.slice() : "end";
+        if (job.child) writeStdin(job, op);
+        else job.early.push(op);
+        return;
+      }
+      case Frame.Kill: {
+        const text = new TextDecoder().decode(payload);
+        const group = text.startsWith("-");
+        const signal = group ? text.slice(1) : text;
+        if (job.child) killChild(job, signal, group);
+        else job.early.push({ signal, group });
+        return;
+      }
+      case Frame.Credit: {
+        const fd = decodeFd(payload);
+        job.unacked[fd] = Math.max(0, job.unacked[fd] - decodeU32(payload, 1));
+        if (job.paused[fd] && job.unacked[fd] < job.request.window) {
+          job.paused[fd] = false;
+          job.child?.resume(fd);
+          armGrace(job);
+        }
+        return;
+      }
+      default:
+        throw new ProtocolError(`Unknown frame type ${type}`);
+    }
+  };
+
+  const decoder = new FrameDecoder(onFrame);
+  channel.start({
+    data(chunk) {
+      try {
+        decoder.push(chunk);
+      } catch (error) {
+        console.error(`spawnpool worker: ${error instanceof Error ? error.message : error}; closing`);
+        stop(1);
+      }
+    },
+    close() {
+      stop(0);
+    },
+  });
+  adapter.onTerminate(() => stop(0));
+  writer.send(
+    Frame.Hello,
+    0,
+    encodeJson({ version: PROTOCOL_VERSION, runtime: adapter.runtime, pid: adapter.pid() }),
+  );
+}
