@@ -8,14 +8,16 @@
 import type { Socket } from "node:net";
 import type { ByteChannel } from "../core/adapter.ts";
 
-/** Wraps a connected socket. */
-export function socketChannel(socket: Socket): ByteChannel {
+/** Wraps a connected socket; `initial` holds bytes already read from it. */
+export function socketChannel(socket: Socket, initial?: Uint8Array): ByteChannel {
   return {
     start(receiver) {
       let failure: Error | undefined;
+      if (initial !== undefined && initial.byteLength > 0) receiver.data(initial);
       socket.on("data", (chunk: Uint8Array) => receiver.data(chunk));
       socket.on("error", (error: Error) => (failure = error));
       socket.on("close", () => receiver.close(failure));
+      socket.resume();
     },
     write(chunks) {
       if (socket.destroyed) return;

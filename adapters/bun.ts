@@ -9,8 +9,10 @@ import { connect, type Socket } from "node:net";
 import process from "node:process";
 import { type Adapter, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { connectUnixFromStdin, onTerminateSignal } from "./_node_worker.ts";
+import type { FileSink } from "bun";
+import { onTerminateSignal } from "./_signals.ts";
 import { socketChannel } from "./_socket_channel.ts";
+import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 import { errorCode, StreamPump } from "./_stream_pump.ts";
 
 type BunStdio = "pipe" | "inherit" | "ignore";
@@ -28,24 +30,46 @@ function socketOnFd(fd: number): Socket {
 /** The Bun runtime adapter. */
 export const bunAdapter: Adapter = {
   runtime: "bun",
-  channelKind: "fd3",
+  socketpair: { host: true, worker: true },
 
   workerArgs(entry) {
     return [entry];
   },
 
   async startWorker(launch) {
-    const proc = Bun.spawn({
-      cmd: [launch.execPath, ...launch.args],
-      stdio: ["ignore", "inherit", "inherit", "pipe"],
-      env: { ...process.env, ...launch.env, SPAWNPOOL_CHANNEL: "fd3" },
-    });
-    const fd = proc.stdio[3];
-    if (typeof fd !== "number") throw new Error("Bun.spawn gave no fd for the worker channel");
+    const pending = launch.channel === "unix" ? await listenForWorker() : undefined;
+    let proc;
+    try {
+      proc = Bun.spawn({
+        cmd: [launch.execPath, ...launch.args],
+        stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
+        env: { ...process.env, ...launch.env, SPAWNPOOL_CHANNEL: launch.channel },
+      });
+    } catch (error) {
+      pending?.close();
+      throw error;
+    }
+    const exited = proc.exited.then(() => {});
+    let channel;
+    if (pending) {
+      const stdin = proc.stdin as FileSink;
+      channel = await handshake(pending, {
+        exited,
+        sendLine: async (line) => {
+          stdin.write(line);
+          await stdin.end();
+        },
+        kill: () => proc.kill("SIGKILL"),
+      });
+    } else {
+      const fd = proc.stdio[3];
+      if (typeof fd !== "number") throw new Error("Bun.spawn gave no fd for the worker channel");
+      channel = socketChannel(socketOnFd(fd));
+    }
     return {
       pid: proc.pid,
-      channel: socketChannel(socketOnFd(fd)),
-      exited: proc.exited.then(() => {}),
+      channel,
+      exited,
       kill: (signal = "SIGTERM") => proc.kill(signal as NodeJS.Signals),
       ref: () => proc.ref(),
       unref: () => proc.unref(),
@@ -53,7 +77,7 @@ export const bunAdapter: Adapter = {
   },
 
   connectToHost(kind) {
-    if (kind === "unix") return connectUnixFromStdin();
+    if (kind === "unix") return connectFromBootstrap();
     return Promise.resolve(socketChannel(socketOnFd(3)));
   },
 

@@ -1,26 +1,25 @@
 /**
- * The Deno adapter: `Deno.Command` cannot hand a child an extra fd, so a Deno host listens on a fresh
- * abstract unix socket (a 0700 private directory where abstract sockets do not exist), gives the worker
- * the name and a one-time secret on its stdin, accepts only the connection that presents the secret,
- * and stops listening. Commands are spawned with `Deno.Command`.
+ * The Deno adapter: `Deno.Command` cannot hand a child an extra fd, so a Deno host always uses the
+ * authenticated unix-socket channel (`_unix_handshake.ts`). Commands are spawned with `Deno.Command`.
  *
  * @module
  */
 
-import { Socket } from "node:net";
 import { type Adapter, type ByteChannel, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
+import { onTerminateSignal } from "./_signals.ts";
+import { errorCode, StreamPump } from "./_stream_pump.ts";
 import {
-  abstractSocketName,
   bootstrapLine,
+  connectFromBootstrap,
   HANDSHAKE_TIMEOUT_MS,
+  handshake,
   newSecret,
-  parseBootstrap,
+  type PendingWorker,
+  privateSocketPath,
   SECRET_BYTES,
   sameBytes,
-} from "./_handshake.ts";
-import { socketChannel } from "./_socket_channel.ts";
-import { errorCode, StreamPump } from "./_stream_pump.ts";
+} from "./_unix_handshake.ts";
 
 const READ_BYTES = 64 * 1024;
 
@@ -28,6 +27,14 @@ const READ_BYTES = 64 * 1024;
 function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
   let writing: Promise<void> = Promise.resolve();
   let closed = false;
+  const closeConn = () => {
+    closed = true;
+    try {
+      conn.close();
+    } catch {
+      // Already closed.
+    }
+  };
   return {
     start(receiver) {
       void (async () => {
@@ -43,12 +50,7 @@ function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
         } catch (error) {
           if (!closed) failure = error as Error;
         }
-        closed = true;
-        try {
-          conn.close();
-        } catch {
-          // Already closed.
-        }
+        closeConn();
         receiver.close(failure);
       })();
     },
@@ -61,83 +63,72 @@ function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
       }).catch(() => {});
     },
     close() {
-      if (closed) return;
-      closed = true;
-      try {
-        conn.close();
-      } catch {
-        // Already closed.
-      }
+      if (!closed) closeConn();
     },
     ref: () => conn.ref(),
     unref: () => conn.unref(),
   };
 }
 
-/** Reads exactly `n` bytes or fewer if the peer closes. */
-async function readExactly(conn: Deno.Conn, n: number): Promise<{ head: Uint8Array; rest: Uint8Array }> {
+/** Reads the secret's worth of bytes from a new connection; returns them and anything read past them. */
+async function readSecret(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint8Array }> {
   const chunks: Uint8Array[] = [];
   let total = 0;
-  while (total < n) {
+  while (total < SECRET_BYTES) {
     const buffer = new Uint8Array(READ_BYTES);
-    const read = await conn.read(buffer);
-    if (read === null) break;
-    chunks.push(buffer.subarray(0, read));
-    total += read;
+    const n = await conn.read(buffer);
+    if (n === null) break;
+    chunks.push(buffer.subarray(0, n));
+    total += n;
   }
-  const all = concatBytes(chunks);
-  return { head: all.subarray(0, Math.min(n, all.byteLength)), rest: all.subarray(Math.min(n, all.byteLength)) };
-}
-
-/** Where the listener lives: abstract on Linux, else a socket file in a private directory. */
-async function listenPrivately(): Promise<{ listener: Deno.UnixListener; path: string; cleanup: () => void }> {
-  if (Deno.build.os === "linux") {
-    const path = abstractSocketName();
-    return { listener: Deno.listen({ transport: "unix", path }), path, cleanup: () => {} };
-  }
-  const dir = await Deno.makeTempDir({ prefix: "spawnpool-" });
-  await Deno.chmod(dir, 0o700);
-  const path = `${dir}/s`;
-  const listener = Deno.listen({ transport: "unix", path });
-  return {
-    listener,
-    path,
-    cleanup: () => void Deno.remove(dir, { recursive: true }).catch(() => {}),
-  };
+  const all = concatBytes(chunks, total);
+  return { head: all.subarray(0, SECRET_BYTES), rest: all.subarray(SECRET_BYTES) };
 }
 
 /**
- * Accepts connections on `listener` until one presents `secret`; refuses the others. Rejects when the
- * worker exits or the timeout passes first.
+ * The Deno host's listener. Deno's node:net sockets are inherited by `Deno.Command` children (no
+ * close-on-exec), so the Deno host listens with `Deno.listen`, whose sockets are not.
  */
-async function acceptWorker(
-  listener: Deno.UnixListener,
-  secret: Uint8Array,
-  workerExited: Promise<unknown>,
-): Promise<ByteChannel> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const giveUp = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
-    void workerExited.then(() => reject(new Error("Worker exited before connecting")));
-  });
-  giveUp.catch(() => {});
-  try {
-    while (true) {
-      const conn = await Promise.race([listener.accept(), giveUp]);
-      const { head, rest } = await Promise.race([readExactly(conn, SECRET_BYTES), giveUp]);
-      if (sameBytes(head, secret)) return connChannel(conn, rest);
-      conn.close();
-    }
-  } finally {
-    clearTimeout(timer);
+function listenForWorker(): PendingWorker {
+  const secret = newSecret();
+  const { path, dir } = privateSocketPath(Deno.build.os === "linux");
+  const listener = Deno.listen({ transport: "unix", path });
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
     listener.close();
-  }
+    if (dir !== undefined) Deno.removeSync(dir, { recursive: true });
+  };
+  return {
+    bootstrapLine: bootstrapLine(path, secret),
+    close,
+    async accept(exited) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const giveUp = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
+        void exited.then(() => reject(new Error("Worker exited before connecting")));
+      });
+      giveUp.catch(() => {});
+      try {
+        while (true) {
+          const conn = await Promise.race([listener.accept(), giveUp]);
+          const { head, rest } = await Promise.race([readSecret(conn), giveUp]);
+          if (sameBytes(head, secret)) return connChannel(conn, rest);
+          conn.close();
+        }
+      } finally {
+        clearTimeout(timer);
+        close();
+      }
+    },
+  };
 }
 
 /** The Deno runtime adapter. */
 export const denoAdapter: Adapter = {
   runtime: "deno",
-  channelKind: "unix",
+  socketpair: { host: false, worker: false },
 
   workerArgs(entry) {
     return [
@@ -155,8 +146,7 @@ export const denoAdapter: Adapter = {
   },
 
   async startWorker(launch) {
-    const { listener, path, cleanup } = await listenPrivately();
-    const secret = newSecret();
+    const pending = listenForWorker();
     let child: Deno.ChildProcess;
     try {
       child = new Deno.Command(launch.execPath, {
@@ -167,27 +157,19 @@ export const denoAdapter: Adapter = {
         stderr: "inherit",
       }).spawn();
     } catch (error) {
-      listener.close();
-      cleanup();
+      pending.close();
       throw error;
     }
     const exited = child.status.then(() => {});
-    const writer = child.stdin.getWriter();
-    await writer.write(new TextEncoder().encode(bootstrapLine(path, secret))).catch(() => {});
-    await writer.close().catch(() => {});
-    let channel: ByteChannel;
-    try {
-      channel = await acceptWorker(listener, secret, exited);
-    } catch (error) {
-      try {
-        child.kill("SIGKILL");
-      } catch {
-        // Already gone.
-      }
-      throw error;
-    } finally {
-      cleanup();
-    }
+    const channel = await handshake(pending, {
+      exited,
+      sendLine: async (line) => {
+        const writer = child.stdin.getWriter();
+        await writer.write(new TextEncoder().encode(line));
+        await writer.close();
+      },
+      kill: () => child.kill("SIGKILL"),
+    });
     return {
       pid: child.pid,
       channel,
@@ -198,24 +180,10 @@ export const denoAdapter: Adapter = {
     };
   },
 
-  async connectToHost(kind) {
-    if (kind === "fd3") {
-      // A Node or Bun host handed this worker a socketpair on fd 3.
-      return socketChannel(new Socket({ fd: 3, readable: true, writable: true }));
-    }
-    const reader = Deno.stdin.readable.getReader();
-    let text = "";
-    while (!text.includes("\n")) {
-      const { done, value } = await reader.read();
-      if (done) throw new Error("Host closed stdin before sending the bootstrap line");
-      text += new TextDecoder().decode(value);
-    }
-    reader.releaseLock();
-    const { path, secret } = parseBootstrap(text.slice(0, text.indexOf("\n")));
-    const conn = await Deno.connect({ transport: "unix", path });
-    let offset = 0;
-    while (offset < secret.byteLength) offset += await conn.write(secret.subarray(offset));
-    return connChannel(conn, new Uint8Array(0));
+  connectToHost(kind) {
+    // Deno's spawn would leak an inherited fd 3 into every command, so a Deno worker always uses "unix".
+    if (kind !== "unix") return Promise.reject(new Error(`A Deno worker cannot use the "${kind}" channel`));
+    return connectFromBootstrap();
   },
 
   spawn(request, events) {
@@ -270,16 +238,7 @@ export const denoAdapter: Adapter = {
     return Promise.resolve(controls);
   },
 
-  onTerminate(handler) {
-    let called = false;
-    for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
-      Deno.addSignalListener(signal, () => {
-        if (called) return;
-        called = true;
-        handler();
-      });
-    }
-  },
+  onTerminate: onTerminateSignal,
   deleteEnv: (name) => Deno.env.delete(name),
   getEnv: (name) => Deno.env.get(name),
   pid: () => Deno.pid,

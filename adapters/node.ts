@@ -10,8 +10,9 @@ import { Socket } from "node:net";
 import process from "node:process";
 import { type Adapter, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { connectUnixFromStdin, onTerminateSignal } from "./_node_worker.ts";
+import { onTerminateSignal } from "./_signals.ts";
 import { socketChannel } from "./_socket_channel.ts";
+import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 
 type NodeStdio = "pipe" | "inherit" | "ignore";
 
@@ -40,23 +41,35 @@ export function whenSpawned(child: ChildProcess): Promise<void> {
 /** The Node runtime adapter. */
 export const nodeAdapter: Adapter = {
   runtime: "node",
-  channelKind: "fd3",
+  socketpair: { host: true, worker: true },
 
   workerArgs(entry) {
     return ["--disable-warning=ExperimentalWarning", entry];
   },
 
   async startWorker(launch) {
+    const pending = launch.channel === "unix" ? await listenForWorker() : undefined;
     const child = spawn(launch.execPath, launch.args, {
-      stdio: ["ignore", "inherit", "inherit", "pipe"],
-      env: { ...process.env, ...launch.env, SPAWNPOOL_CHANNEL: "fd3" },
+      stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
+      env: { ...process.env, ...launch.env, SPAWNPOOL_CHANNEL: launch.channel },
     });
     const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-    await whenSpawned(child);
-    const socket = child.stdio[3] as Socket;
+    try {
+      await whenSpawned(child);
+    } catch (error) {
+      pending?.close();
+      throw error;
+    }
+    const channel = pending
+      ? await handshake(pending, {
+        exited,
+        sendLine: (line) => new Promise((resolve) => child.stdin!.end(line, () => resolve())),
+        kill: () => child.kill("SIGKILL"),
+      })
+      : socketChannel(child.stdio[3] as Socket);
     return {
       pid: child.pid!,
-      channel: socketChannel(socket),
+      channel,
       exited,
       kill: (signal = "SIGTERM") => void child.kill(signal as NodeJS.Signals),
       ref: () => child.ref(),
@@ -65,7 +78,7 @@ export const nodeAdapter: Adapter = {
   },
 
   connectToHost(kind) {
-    if (kind === "unix") return connectUnixFromStdin();
+    if (kind === "unix") return connectFromBootstrap();
     return Promise.resolve(socketChannel(new Socket({ fd: 3, readable: true, writable: true })));
   },
 

@@ -64,14 +64,13 @@ export function currentPlatform(): Platform {
     host: adapterFor(runtime),
     cores: navigator.hardwareConcurrency ?? 2,
     launch(workerRuntime: RuntimeName, execPath: string | undefined): WorkerLaunch {
-      const env: Record<string, string> = {};
-      // A Deno worker reads fd 3 through node:fs only when told it is there.
-      if (workerRuntime === "deno" && adapterFor(runtime).channelKind === "fd3") env.DENO_EXTRA_STDIO_FDS = "3";
+      const worker = adapterFor(workerRuntime);
       return {
         runtime: workerRuntime,
         execPath: execPath ?? defaultExecPath(workerRuntime, runtime),
-        args: adapterFor(workerRuntime).workerArgs(WORKER_ENTRY),
-        env,
+        args: worker.workerArgs(WORKER_ENTRY),
+        env: {},
+        channel: adapterFor(runtime).socketpair.host && worker.socketpair.worker ? "fd3" : "unix",
       };
     },
   };

@@ -42,6 +42,8 @@ export interface WorkerLaunch {
   args: string[];
   /** Variables to add to the worker's environment. */
   env: Record<string, string>;
+  /** How the worker reaches the host. */
+  channel: ChannelKind;
 }
 
 /** A started worker process and its channel, as the host sees it. */
@@ -108,11 +110,14 @@ export type ChannelKind = "fd3" | "unix";
 export interface Adapter {
   /** The runtime this adapter runs in. */
   readonly runtime: RuntimeName;
-  /** The channel this runtime's host gives its workers. */
-  readonly channelKind: ChannelKind;
+  /**
+   * Whether this runtime's host can hand a worker a socketpair on fd 3, and whether this runtime's
+   * worker can use one without leaking it into the commands it spawns.
+   */
+  readonly socketpair: { host: boolean; worker: boolean };
   /** Host side: the arguments that run `entry` as a worker under this runtime (used for its workers). */
   workerArgs(entry: string): string[];
-  /** Host side: starts a worker process and returns it once its channel is connected and authenticated. */
+  /** Host side: starts a worker process and returns it once its channel is connected (and, for "unix", authenticated). */
   startWorker(launch: WorkerLaunch): Promise<WorkerProcess>;
   /** Worker side: opens the channel to the host that started this process. */
   connectToHost(kind: ChannelKind): Promise<ByteChannel>;

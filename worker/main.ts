@@ -16,5 +16,5 @@ if (kind !== "fd3" && kind !== "unix") {
   adapter.exit(2);
 }
 // Nothing of the worker's own plumbing reaches the commands it spawns.
-for (const name of ["SPAWNPOOL_CHANNEL", "DENO_EXTRA_STDIO_FDS", "NODE_CHANNEL_FD"]) adapter.deleteEnv(name);
+for (const name of ["SPAWNPOOL_CHANNEL", "NODE_CHANNEL_FD"]) adapter.deleteEnv(name);
 serve(adapter, await adapter.connectToHost(kind as ChannelKind));

@@ -1,0 +1,18 @@
+/**
+ * Worker-side termination signals, through node:process (which all three runtimes provide).
+ *
+ * @module
+ */
+
+import process from "node:process";
+
+/** Calls `handler` once on SIGINT, SIGTERM or SIGHUP. */
+export function onTerminateSignal(handler: () => void): void {
+  let called = false;
+  const once = () => {
+    if (called) return;
+    called = true;
+    handler();
+  };
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, once);
+}

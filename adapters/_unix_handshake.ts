@@ -1,0 +1,189 @@
+/**
+ * The unix-socket channel, for hosts that cannot hand a worker a socketpair (`Deno.Command`) and for
+ * workers that would leak an inherited one into their children (Deno's spawn keeps fd 3 open).
+ *
+ * The host listens on a fresh, unguessable socket name (abstract on Linux, else a socket file in a
+ * private 0700 directory that is removed once connected), writes the name and a one-time secret to the
+ * worker's stdin (never its environment or arguments, which children could read), accepts only a
+ * connection whose first bytes are that secret, refuses every other one, and stops listening.
+ *
+ * @module
+ */
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { connect, createServer, type Server, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import type { ByteChannel } from "../core/adapter.ts";
+import { socketChannel } from "./_socket_channel.ts";
+
+/** Bytes of the one-time secret. */
+export const SECRET_BYTES = 32;
+
+/** How long a host waits for its worker to connect and authenticate. */
+export const HANDSHAKE_TIMEOUT_MS = 30_000;
+
+/** Hex encoding of bytes. */
+export function toHex(bytes: Uint8Array): string {
+  let out = "";
+  for (const byte of bytes) out += byte.toString(16).padStart(2, "0");
+  return out;
+}
+
+function fromHex(text: string): Uint8Array {
+  if (!/^(?:[0-9a-f]{2})+$/.test(text)) throw new TypeError("Malformed secret in bootstrap line");
+  const out = new Uint8Array(text.length / 2);
+  for (let i = 0; i < out.length; i++) out[i] = parseInt(text.slice(i * 2, i * 2 + 2), 16);
+  return out;
+}
+
+/** Compares two byte arrays in time independent of where they differ. */
+export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.byteLength !== b.byteLength) return false;
+  let diff = 0;
+  for (let i = 0; i < a.byteLength; i++) diff |= a[i] ^ b[i];
+  return diff === 0;
+}
+
+/** A fresh one-time secret. */
+export function newSecret(): Uint8Array {
+  return crypto.getRandomValues(new Uint8Array(SECRET_BYTES));
+}
+
+/** The line a host writes to its worker's stdin. */
+export function bootstrapLine(path: string, secret: Uint8Array): string {
+  return `${JSON.stringify({ path, secret: toHex(secret) })}\n`;
+}
+
+/**
+ * A socket path nobody else can use: an unguessable abstract name, or a file in a new 0700 directory
+ * (`dir`, to remove once connected).
+ */
+export function privateSocketPath(abstract: boolean): { path: string; dir?: string } {
+  if (abstract) return { path: `\0spawnpool-${toHex(crypto.getRandomValues(new Uint8Array(16)))}` };
+  const dir = mkdtempSync(join(tmpdir(), "spawnpool-")); // mkdtemp creates it 0700
+  return { path: join(dir, "s"), dir };
+}
+
+/** A listener waiting for one worker. */
+export interface PendingWorker {
+  /** The line to write to the worker's stdin. */
+  bootstrapLine: string;
+  /** Resolves with the authenticated channel; rejects when `exited` settles or the timeout passes first. */
+  accept(exited: Promise<unknown>): Promise<ByteChannel>;
+  /** Stops listening and removes any socket file. */
+  close(): void;
+}
+
+/**
+ * Listens on a fresh private socket for one worker.
+ *
+ * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
+ */
+export async function listenForWorker(abstract: boolean = process.platform === "linux"): Promise<PendingWorker> {
+  const secret = newSecret();
+  const { path, dir } = privateSocketPath(abstract);
+  const server: Server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(path, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const close = () => {
+    server.close();
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  };
+  return {
+    bootstrapLine: bootstrapLine(path, secret),
+    close,
+    accept(exited) {
+      return new Promise<ByteChannel>((resolve, reject) => {
+        const timer = setTimeout(() => finish(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
+        let done = false;
+        const finish = (error: Error | undefined, channel?: ByteChannel) => {
+          if (done) return;
+          done = true;
+          clearTimeout(timer);
+          close();
+          if (error) reject(error);
+          else resolve(channel!);
+        };
+        void exited.then(() => finish(new Error("Worker exited before connecting")));
+        server.on("connection", (socket: Socket) => {
+          if (done) return void socket.destroy();
+          let head = new Uint8Array(0);
+          socket.on("error", () => {});
+          const onData = (chunk: Uint8Array) => {
+            const joined = new Uint8Array(head.byteLength + chunk.byteLength);
+            joined.set(head);
+            joined.set(chunk, head.byteLength);
+            head = joined;
+            if (head.byteLength < SECRET_BYTES) return;
+            socket.off("data", onData);
+            socket.pause();
+            if (done || !sameBytes(head.subarray(0, SECRET_BYTES), secret)) return void socket.destroy();
+            finish(undefined, socketChannel(socket, head.slice(SECRET_BYTES)));
+          };
+          socket.on("data", onData);
+        });
+      });
+    },
+  };
+}
+
+/** Worker side: reads the bootstrap line from stdin, connects and presents the secret. */
+export async function connectFromBootstrap(): Promise<ByteChannel> {
+  const line = await new Promise<string>((resolve, reject) => {
+    let text = "";
+    const onData = (chunk: Uint8Array) => {
+      text += new TextDecoder().decode(chunk);
+      const end = text.indexOf("\n");
+      if (end < 0) return;
+      process.stdin.off("data", onData);
+      process.stdin.pause();
+      resolve(text.slice(0, end));
+    };
+    process.stdin.on("data", onData);
+    process.stdin.once("end", () => reject(new Error("Host closed stdin before sending the bootstrap line")));
+  });
+  const parsed = JSON.parse(line) as { path?: unknown; secret?: unknown };
+  if (typeof parsed.path !== "string" || typeof parsed.secret !== "string") {
+    throw new TypeError("Malformed bootstrap line");
+  }
+  const secret = fromHex(parsed.secret);
+  const socket = await new Promise<Socket>((resolve, reject) => {
+    const socket = connect({ path: parsed.path as string }, () => resolve(socket));
+    socket.once("error", reject);
+  });
+  socket.write(secret);
+  return socketChannel(socket);
+}
+
+/** A worker process as far as the handshake needs it. */
+export interface HandshakeProcess {
+  /** Settles when the process exits. */
+  exited: Promise<unknown>;
+  /** Writes the bootstrap line to the process's stdin and closes it. */
+  sendLine(line: string): Promise<void>;
+  /** Kills the process. */
+  kill(): void;
+}
+
+/** Hands `process` the bootstrap line and waits for its authenticated connection; kills it on failure. */
+export async function handshake(pending: PendingWorker, worker: HandshakeProcess): Promise<ByteChannel> {
+  try {
+    await worker.sendLine(pending.bootstrapLine);
+    return await pending.accept(worker.exited);
+  } catch (error) {
+    pending.close();
+    try {
+      worker.kill();
+    } catch {
+      // Already gone.
+    }
+    throw error;
+  }
+}
