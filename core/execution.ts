@@ -244,9 +244,11 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onData(fd: StreamFd, chunk: Uint8Array): void {
+    // A copy: the payload is a view into the channel's read buffer. Plain Uint8Array, not a Buffer.
+    const copy = new Uint8Array(chunk);
     const stream = this.#outputs[fd];
-    if (stream !== undefined) stream.push(chunk.slice());
-    else this.#collected[fd].push(chunk.slice());
+    if (stream !== undefined) stream.push(copy);
+    else this.#collected[fd].push(copy);
   }
 
   /** @internal */
@@ -263,13 +265,13 @@ export class Execution implements RequestSink {
   onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void {
     this.#outputs[1]?.end();
     this.#outputs[2]?.end();
-    this.#collected[1].push(stdout);
-    this.#collected[2].push(stderr);
+    if (stdout.byteLength > 0) this.#collected[1].push(new Uint8Array(stdout));
+    if (stderr.byteLength > 0) this.#collected[2].push(new Uint8Array(stderr));
     this.#finish();
     this.#completed.resolve({
       info,
-      stdout: concatBytes(this.#collected[1]).slice(),
-      stderr: concatBytes(this.#collected[2]).slice(),
+      stdout: concatBytes(this.#collected[1]),
+      stderr: concatBytes(this.#collected[2]),
     });
     this.#collected = [[], [], []];
   }

@@ -299,6 +299,7 @@ export class FrameDecoder {
 /** Concatenates byte chunks. */
 export function concatBytes(chunks: readonly Uint8Array[], total?: number): Uint8Array {
   if (chunks.length === 1) return chunks[0];
+  if (chunks.length === 0) return new Uint8Array(0);
   const size = total ?? chunks.reduce((sum, c) => sum + c.byteLength, 0);
   const out = new Uint8Array(size);
   let offset = 0;

@@ -1,0 +1,396 @@
+/**
+ * The conformance suite: every behaviour of both API shapes, against real processes, for each worker
+ * runtime under the host runtime that runs this file (`deno test`, `bun test`, `node --test`).
+ *
+ * Worker runtimes come from SPAWNPOOL_TEST_WORKERS (comma-separated), default all three; a runtime that
+ * is missing fails the suite rather than being skipped.
+ */
+
+import assert from "node:assert/strict";
+import { chmodSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError } from "../mod.ts";
+
+const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno").split(",") as RuntimeName[];
+const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
+const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
+const bytes = (s: string) => new TextEncoder().encode(s);
+const scratch = mkdtempSync(join(tmpdir(), "spawnpool-test-"));
+
+/** The argv that runs a TypeScript file under the host's runtime. */
+function hostArgv(script: string): string[] {
+  if (HOST === "deno") return [process.execPath, "run", "-A", "--quiet", script];
+  return [process.execPath, script];
+}
+
+/** Whether a process exists and is not a zombie (this machine's init may not reap orphans at once). */
+function alive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+async function readAll(stream: ReadableStream<Uint8Array> | undefined): Promise<string> {
+  assert.ok(stream, "stream is piped");
+  return await new Response(stream).text();
+}
+
+for (const runtime of WORKERS) {
+  describe(`${HOST} host, ${runtime} workers`, () => {
+    const pool = new Pool({ size: 2, runtime });
+
+    it("starts every worker on ready()", async () => {
+      await pool.ready();
+      const stats = pool.stats();
+      assert.equal(stats.runtime, runtime);
+      assert.equal(stats.workers.length, 2);
+      assert.ok(stats.workers.every((w) => w.ready && w.pid > 0));
+    });
+
+    it("output() returns Deno.Command's result shape", async () => {
+      const out = await pool.command("echo", { args: ["hi"] }).output();
+      assert.deepEqual(
+        { code: out.code, success: out.success, signal: out.signal, stdout: text(out.stdout), stderr: out.stderr },
+        { code: 0, success: true, signal: null, stdout: "hi\n", stderr: new Uint8Array(0) },
+      );
+    });
+
+    it("passes arguments exactly: spaces, quotes, unicode, empty strings", async () => {
+      const args = ["a b", "", "'single'", '"double"', "ünï😀", "$HOME", "--flag=x y", "\\back", "new\nline"];
+      const out = await pool.command(fixture("print_args.sh"), { args }).output();
+      assert.equal(text(out.stdout), args.map((a) => `[${a}]\n`).join(""));
+    });
+
+    it("passes 5,000 arguments", async () => {
+      const args = Array.from({ length: 5000 }, (_, i) => `arg-${i}`);
+      const out = await pool.command("sh", { args: ["-c", 'echo "$#:$1:${5000}"', "sh", ...args] }).output();
+      assert.equal(text(out.stdout), "5000:arg-0:arg-4999\n");
+    });
+
+    it("runs in cwd (string and file URL)", async () => {
+      const expected = realpathSync(scratch);
+      for (const cwd of [scratch, new URL(`file://${scratch}`)]) {
+        const out = await pool.command("pwd", { cwd }).output();
+        assert.equal(realpathSync(text(out.stdout).trim()), expected);
+      }
+    });
+
+    it("merges env into the inherited environment, and clearEnv starts empty", async () => {
+      const merged = await pool.command("sh", { args: ["-c", 'echo "$SP_A:${PATH:+has-path}"'], env: { SP_A: "1" } })
+        .output();
+      assert.equal(text(merged.stdout), "1:has-path\n");
+      const cleared = await pool.command("/usr/bin/env", { clearEnv: true, env: { ONLY: "this" } }).output();
+      assert.equal(text(cleared.stdout), "ONLY=this\n");
+    });
+
+    it("Bun shape: env replaces the environment", async () => {
+      const proc = pool.spawn(["/usr/bin/env"], { env: { ONLY: "bun" } });
+      assert.equal(await readAll(proc.stdout), "ONLY=bun\n");
+      assert.equal(await proc.exited, 0);
+    });
+
+    it("stdin as bytes, string, stream, Blob and null", async () => {
+      const input = new Uint8Array(300_000).map((_, i) => (i * 7) & 0xff);
+      const fromBytes = pool.spawn(["cat"], { stdin: input });
+      assert.deepEqual(new Uint8Array(await new Response(fromBytes.stdout).arrayBuffer()), input);
+      assert.equal(await readAll(pool.spawn(["cat"], { stdin: "a string" }).stdout), "a string");
+      const stream = new ReadableStream<Uint8Array>({
+        start(c) {
+          c.enqueue(bytes("one "));
+          c.enqueue(bytes("two"));
+          c.close();
+        },
+      });
+      assert.equal(await readAll(pool.spawn(["cat"], { stdin: stream }).stdout), "one two");
+      assert.equal(await readAll(pool.spawn(["cat"], { stdin: new Blob(["blob"]) }).stdout), "blob");
+      assert.equal(await readAll(pool.spawn(["cat"], { stdin: null }).stdout), "");
+      const inherited = await pool.command("cat", { stdin: "inherit" }).output();
+      assert.equal(text(inherited.stdout), "", "stdin 'inherit' reads nothing in a pool");
+    });
+
+    it("stdin as a WritableStream (Deno shape) and a FileSink (Bun shape)", async () => {
+      const child = pool.command("cat", { stdin: "piped", stdout: "piped" }).spawn();
+      const writer = child.stdin.getWriter();
+      await writer.write(bytes("streamed "));
+      await writer.write(bytes("input"));
+      await writer.close();
+      const out = await child.output();
+      assert.equal(text(out.stdout), "streamed input");
+      const proc = pool.spawn(["cat"], { stdin: "pipe" });
+      proc.stdin!.write("sink ");
+      proc.stdin!.write(bytes("bytes"));
+      await proc.stdin!.end();
+      assert.equal(await readAll(proc.stdout), "sink bytes");
+    });
+
+    it("output() refuses piped stdin like Deno", async () => {
+      await assert.rejects(pool.command("cat", { stdin: "piped" }).output(), TypeError);
+    });
+
+    it("stdout and stderr piped or null", async () => {
+      const both = await pool.command("sh", { args: ["-c", "echo out; echo err >&2"] }).output();
+      assert.equal(text(both.stdout), "out\n");
+      assert.equal(text(both.stderr), "err\n");
+      const none = await pool.command("sh", { args: ["-c", "echo out; echo err >&2"], stdout: "null", stderr: "null" })
+        .output();
+      assert.equal(none.code, 0);
+      assert.throws(() => none.stdout, TypeError);
+      assert.throws(() => none.stderr, TypeError);
+      const proc = pool.spawn(["sh", "-c", "echo out; echo err >&2"], { stdout: "ignore", stderr: "pipe" });
+      assert.equal(proc.stdout, undefined);
+      assert.equal(await readAll(proc.stderr), "err\n");
+    });
+
+    it("stdout and stderr inherit reach the host's own stdout and stderr", async () => {
+      const [exe, ...args] = hostArgv(fixture("inherit_host.ts"));
+      const out = await pool.command(exe, { args }).output();
+      assert.equal(text(out.stdout), "to-stdout\nstatus 0\n");
+      assert.equal(text(out.stderr), "to-stderr\n");
+    });
+
+    it("reports exit codes and terminating signals in both shapes", async () => {
+      const failed = await pool.command("sh", { args: ["-c", "exit 7"] }).output();
+      assert.deepEqual([failed.code, failed.success, failed.signal], [7, false, null]);
+      const killed = await pool.command("sh", { args: ["-c", "kill -KILL $$"] }).output();
+      assert.deepEqual([killed.code, killed.success, killed.signal], [137, false, "SIGKILL"]);
+      const proc = pool.spawn(["sh", "-c", "kill -SEGV $$"]);
+      assert.equal(await proc.exited, 139);
+      assert.deepEqual([proc.exitCode, proc.signalCode], [null, "SIGSEGV"]);
+      const ok = pool.spawn(["sh", "-c", "exit 3"]);
+      assert.equal(await ok.exited, 3);
+      assert.deepEqual([ok.exitCode, ok.signalCode], [3, null]);
+    });
+
+    it("kill(signal) on a running command, by name and number", async () => {
+      const child = pool.command("sleep", { args: ["30"] }).spawn();
+      const pid = await child.spawned;
+      assert.equal(child.pid, pid);
+      child.kill("SIGUSR1");
+      assert.deepEqual(await child.status, { success: false, code: 138, signal: "SIGUSR1" });
+      const proc = pool.spawn(["sleep", "30"]);
+      await proc.spawned;
+      proc.kill(9);
+      assert.equal(await proc.exited, 137);
+      assert.equal(proc.killed, true);
+      assert.equal(proc.signalCode, "SIGKILL");
+    });
+
+    it("kill() before the pid is known still reaches the command", async () => {
+      const proc = pool.spawn(["sleep", "30"]);
+      proc.kill();
+      assert.equal(await proc.exited, 143);
+    });
+
+    it("AbortSignal kills the command with SIGTERM", async () => {
+      const controller = new AbortController();
+      const child = pool.command("sleep", { args: ["30"], signal: controller.signal }).spawn();
+      await child.spawned;
+      controller.abort();
+      assert.equal((await child.status).signal, "SIGTERM");
+      const aborted = AbortSignal.abort();
+      await assert.rejects(pool.command("echo", { signal: aborted }).output(), (e: Error) => e === aborted.reason);
+    });
+
+    it("timeout kills the command: Deno shape rejects with ERR_TIMEOUT", async () => {
+      await assert.rejects(
+        pool.command("sleep", { args: ["30"], timeout: 100 }).output(),
+        (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_TIMEOUT" && e.command === "sleep",
+      );
+    });
+
+    it("timeout escalates to SIGKILL for a command that ignores SIGTERM, and kills its group", async () => {
+      const proc = pool.spawn([fixture("ignore_term.sh")], { timeout: 200, forceKillAfterDelay: 200 });
+      const reader = proc.stdout!.getReader();
+      const { value } = await reader.read();
+      assert.equal(text(value!), "ready\n");
+      while (!(await reader.read()).done);
+      assert.equal(await proc.exited, 137);
+      assert.equal(proc.signalCode, "SIGKILL");
+    });
+
+    it("Bun shape: timeout resolves exited with the kill signal", async () => {
+      const proc = pool.spawn(["sleep", "30"], { timeout: 100, killSignal: "SIGINT" });
+      assert.equal(await proc.exited, 130);
+      assert.equal(proc.signalCode, "SIGINT");
+    });
+
+    it("binary output is byte-exact (all 256 byte values)", async () => {
+      const all = new Uint8Array(256 * 64).map((_, i) => i & 0xff);
+      const file = join(scratch, "all-bytes.bin");
+      writeFileSync(file, all);
+      const out = await pool.command("cat", { args: [file] }).output();
+      assert.deepEqual(out.stdout, all);
+      const proc = pool.spawn(["cat", file]);
+      assert.deepEqual(new Uint8Array(await new Response(proc.stdout).arrayBuffer()), all);
+    });
+
+    it("streams 100 MB of output through, in order", async () => {
+      const total = 100 * 1024 * 1024;
+      const line = "0123456789abcde\n"; // 16 bytes
+      const proc = pool.spawn(["sh", "-c", `yes 0123456789abcde | head -c ${total}`]);
+      let seen = 0;
+      let mismatch = -1;
+      for await (const chunk of proc.stdout!) {
+        for (let i = 0; i < chunk.byteLength && mismatch < 0; i += 997) {
+          if (chunk[i] !== line.charCodeAt((seen + i) % 16)) mismatch = seen + i;
+        }
+        seen += chunk.byteLength;
+      }
+      assert.equal(mismatch, -1, "every sampled byte is where the pattern puts it");
+      assert.equal(seen, total);
+      assert.equal(await proc.exited, 0);
+    });
+
+    it("a missing program fails like the native API: NotFound / ENOENT", async () => {
+      const error = await pool.command("spawnpool-no-such-program").output().then(() => null, (e) => e);
+      assert.equal(error.name, "NotFound");
+      assert.equal(error.code, "ENOENT");
+      if (HOST === "deno") assert.ok(error instanceof (globalThis as any).Deno.errors.NotFound);
+      const proc = pool.spawn(["spawnpool-no-such-program", "x"]);
+      const bunError = await proc.exited.then(() => null, (e) => e);
+      assert.ok(bunError instanceof SpawnError);
+      assert.deepEqual([bunError.code, bunError.path, bunError.spawnargs], ["ENOENT", "spawnpool-no-such-program", [
+        "x",
+      ]]);
+      await assert.rejects(proc.spawned, SpawnError);
+    });
+
+    it("a program that is not executable fails with PermissionDenied / EACCES", async () => {
+      const file = join(scratch, "not-executable.sh");
+      writeFileSync(file, "#!/bin/sh\necho no\n");
+      chmodSync(file, 0o644);
+      const error = await pool.command(file).output().then(() => null, (e) => e);
+      assert.equal(error.name, "PermissionDenied");
+      assert.equal(error.code, "EACCES");
+      const bunError = await pool.spawn([file]).exited.then(() => null, (e) => e);
+      assert.equal(bunError.code, "EACCES");
+    });
+
+    it("a grandchild holding stdout open does not hold the request", async () => {
+      const out = await pool.command("sh", { args: ["-c", "sleep 30 & echo $!"] }).output();
+      const grandchild = Number(text(out.stdout).trim());
+      assert.ok(grandchild > 0);
+      assert.ok(alive(grandchild), "completed while the grandchild still holds the pipe");
+      process.kill(grandchild, "SIGKILL");
+    });
+
+    it("commands see neither the channel, nor its secret, nor the worker's variables", async () => {
+      const child = pool.command("sleep", { args: ["30"], stdout: "null", stderr: "null" }).spawn();
+      const pid = await child.spawned;
+      const fds = await pool.command("sh", {
+        args: ["-c", `for f in /proc/${pid}/fd/*; do echo "$(basename $f) $(readlink $f)"; done`],
+      }).output();
+      const sockets = text(fds.stdout).split("\n").filter((l) => l.includes("socket:"));
+      assert.deepEqual(sockets, [], "no socket is inherited by a command");
+      const environ = await pool.command("cat", { args: [`/proc/${pid}/environ`] }).output();
+      assert.doesNotMatch(text(environ.stdout), /SPAWNPOOL|NODE_CHANNEL/);
+      for (const worker of pool.stats().workers) {
+        const cmdline = await pool.command("cat", { args: [`/proc/${worker.pid}/cmdline`] }).output();
+        assert.doesNotMatch(text(cmdline.stdout), /[0-9a-f]{32}/, "no secret in a worker's arguments");
+      }
+      child.kill("SIGKILL");
+      await child.status;
+    });
+
+    it("rejects bad arguments synchronously", () => {
+      assert.throws(() => pool.command(42 as unknown as string), TypeError);
+      assert.throws(() => pool.command(""), TypeError);
+      assert.throws(() => pool.command("echo", { args: ["a\0b"] }), TypeError);
+      assert.throws(() => pool.command("echo", { env: { A: 1 as unknown as string } }), TypeError);
+      assert.throws(() => pool.command("echo", { stdout: "pipe" as "piped" }), TypeError);
+      assert.throws(() => pool.command("echo", { timeout: -1 }), RangeError);
+      assert.throws(() => pool.command("echo", { killSignal: "SIGNOPE" }), RangeError);
+      assert.throws(() => pool.spawn([]), TypeError);
+      assert.throws(() => pool.spawn("echo" as unknown as string[]), TypeError);
+      assert.throws(() => pool.spawn(["sleep", "1"], { stdin: 5 as unknown as "pipe" }), TypeError);
+      assert.throws(() => pool.command("echo").outputSync(), TypeError);
+      assert.throws(() => new Pool({ size: 0 }), RangeError);
+      assert.throws(() => new Pool({ runtime: "python" as RuntimeName }), TypeError);
+    });
+
+    it("balances requests across workers", async () => {
+      const before = pool.stats().workers.map((w) => w.completed);
+      await Promise.all(Array.from({ length: 20 }, () => pool.command("true").output()));
+      const after = pool.stats().workers.map((w) => w.completed);
+      assert.ok(after.every((n, i) => n > before[i]), `every worker ran some: ${before} -> ${after}`);
+    });
+
+    it("close() drains, then rejects new work with ERR_POOL_CLOSED", async () => {
+      const running = pool.command("sh", { args: ["-c", "sleep 0.2; echo late"] }).output();
+      await pool.close();
+      assert.equal(text((await running).stdout), "late\n");
+      assert.equal(pool.stats().workers.length, 0);
+      await assert.rejects(
+        pool.command("echo").output(),
+        (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_POOL_CLOSED",
+      );
+    });
+  });
+}
+
+describe(`${HOST} host, pool lifecycle`, () => {
+  it("close({ drain: false }) fails running commands with ERR_POOL_CLOSED and kills them", async () => {
+    const pool = new Pool({ size: 1 });
+    const child = pool.command("sleep", { args: ["30"] }).spawn();
+    const pid = await child.spawned;
+    await pool.close({ drain: false });
+    await assert.rejects(child.status, (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_POOL_CLOSED");
+    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(alive(pid), false, "the worker killed the command's group on its way out");
+  });
+
+  it("await using closes the pool", async () => {
+    let stats;
+    {
+      await using pool = new Pool({ size: 1 });
+      await pool.command("true").output();
+      stats = pool;
+    }
+    await assert.rejects(stats.command("true").output(), SpawnPoolError);
+  });
+
+  it("a worker runtime that cannot be found fails requests with ERR_WORKER_START", async () => {
+    const pool = new Pool({ size: 1, execPath: join(scratch, "no-such-runtime") });
+    await assert.rejects(
+      pool.command("echo").output(),
+      (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_START",
+    );
+    await pool.close();
+  });
+
+  it("maxQueue rejects beyond the queue with ERR_QUEUE_FULL", async () => {
+    const pool = new Pool({ size: 1, maxQueue: 1 });
+    const first = pool.command("echo", { args: ["queued"] }).output();
+    await assert.rejects(
+      pool.command("echo").output(),
+      (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_QUEUE_FULL",
+    );
+    assert.equal(text((await first).stdout), "queued\n");
+    await pool.close();
+  });
+
+  it("drop-ins on the default pool: new Command(), spawn([...]) and spawn({ cmd })", async () => {
+    const out = await new Command("echo", { args: ["deno-shaped"] }).output();
+    assert.equal(text(out.stdout), "deno-shaped\n");
+    assert.equal(await readAll(spawn(["echo", "bun-shaped"]).stdout), "bun-shaped\n");
+    const proc = spawn({ cmd: ["sh", "-c", "exit 4"] });
+    assert.equal(await proc.exited, 4);
+  });
+
+  it("a script using the default pool exits on its own", async () => {
+    const pool = new Pool({ size: 1 });
+    const [exe, ...args] = hostArgv(fixture("default_pool_once.ts"));
+    // If the script hung, the timeout would fail this test with ERR_TIMEOUT.
+    const out = await pool.command(exe, { args, timeout: 30_000 }).output();
+    assert.equal(text(out.stdout), "once\n");
+    assert.equal(out.code, 0);
+    await pool.close();
+  });
+});
