@@ -21,7 +21,7 @@
 
 export { Command, Pool, spawn } from "./pool.ts";
 export type { CommandOptions, PoolOptions, PoolStats, SpawnOptions, SpawnOptionsWithCmd } from "./pool.ts";
-export type { CommandOutput, CommandStatus, PooledChildProcess, PoolCommand } from "./core/command.ts";
+export type { CommandOutput, CommandStatus, PoolCommand, PooledChildProcess } from "./core/command.ts";
 export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./core/subprocess.ts";
 export type { RuntimeName } from "./core/adapter.ts";
 export { SpawnError, SpawnPoolError, type SpawnPoolErrorCode } from "./core/errors.ts";

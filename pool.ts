@@ -10,8 +10,8 @@ import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./cor
 import type { Scheduler } from "./core/execution.ts";
 import { PoolCore, type PoolOptions, type PoolStats } from "./core/pool.ts";
 import {
-  type PooledSubprocess as Subprocess,
   PooledSubprocess,
+  type PooledSubprocess as Subprocess,
   spawnArguments,
   type SpawnOptions,
   type SpawnOptionsWithCmd,

@@ -7,9 +7,9 @@
 
 import { connect, type Socket } from "node:net";
 import process from "node:process";
-import { type Adapter, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
+import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import type { FileSink } from "bun";
+import { signalName } from "../core/signals.ts";
 import { onTerminateSignal } from "./_signals.ts";
 import { socketChannel } from "./_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
@@ -52,7 +52,7 @@ export const bunAdapter: Adapter = {
     const exited = proc.exited.then(() => {});
     let channel;
     if (pending) {
-      const stdin = proc.stdin as FileSink;
+      const stdin = proc.stdin as Bun.FileSink;
       channel = await handshake(pending, {
         exited,
         sendLine: async (line) => {
@@ -111,7 +111,10 @@ export const bunAdapter: Adapter = {
         pumps[fd] = new StreamPump(stream, (chunk) => events.data(fd, chunk), () => events.end(fd));
       }
     }
-    void proc.exited.then(() => events.exit(proc.exitCode, proc.signalCode));
+    void proc.exited.then(() => {
+      const signal = proc.signalCode;
+      events.exit(proc.exitCode, typeof signal === "number" ? signalName(signal) : signal);
+    });
     const stdin = proc.stdin;
     const pid = proc.pid;
     const child: SpawnedChild = {

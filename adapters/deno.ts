@@ -5,20 +5,20 @@
  * @module
  */
 
-import { type Adapter, type ByteChannel, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
+import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { onTerminateSignal } from "./_signals.ts";
 import { errorCode, StreamPump } from "./_stream_pump.ts";
 import {
   bootstrapLine,
   connectFromBootstrap,
-  HANDSHAKE_TIMEOUT_MS,
   handshake,
+  HANDSHAKE_TIMEOUT_MS,
   newSecret,
   type PendingWorker,
   privateSocketPath,
-  SECRET_BYTES,
   sameBytes,
+  SECRET_BYTES,
 } from "./_unix_handshake.ts";
 
 const READ_BYTES = 64 * 1024;

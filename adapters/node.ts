@@ -8,7 +8,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { Socket } from "node:net";
 import process from "node:process";
-import { type Adapter, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
+import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { onTerminateSignal } from "./_signals.ts";
 import { socketChannel } from "./_socket_channel.ts";

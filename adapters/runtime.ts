@@ -29,7 +29,7 @@ export function adapterFor(runtime: RuntimeName): Adapter {
 }
 
 /** The worker entry script next to this package. */
-export const WORKER_ENTRY: string = fileURLToPath(new URL("../worker/main.ts", import.meta.url));
+export const WORKER_ENTRY: string = fileURLToPath(new URL("../worker/main.ts", import.meta.url).href);
 
 function findOnPath(name: string): string | undefined {
   for (const dir of (process.env.PATH ?? "").split(delimiter)) {

@@ -186,9 +186,11 @@ export class PoolCommand {
 
   /** Starts the command and returns its handle at once; the pid arrives when the worker reports it. */
   spawn(): PooledChildProcess {
-    return new PooledChildProcess(new Execution(this.#scheduler, this.#request(true), {
-      signal: this.#options.signal,
-    }));
+    return new PooledChildProcess(
+      new Execution(this.#scheduler, this.#request(true), {
+        signal: this.#options.signal,
+      }),
+    );
   }
 }
 

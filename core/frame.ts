@@ -138,7 +138,6 @@ export class ProtocolError extends Error {
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
-const EMPTY = new Uint8Array(0);
 
 /** Encodes a frame header. The payload is written separately so large payloads are never copied here. */
 export function encodeHeader(type: FrameType, id: number, length: number): Uint8Array {

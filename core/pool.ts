@@ -247,7 +247,7 @@ export class PoolCore implements Scheduler {
     }
     this.#failures = 0;
     this.#ready.push(handle);
-    if (this.#ready.length >= this.#size) for (const waiter of this.#readyWaiters.splice(0)) waiter.resolve();
+    if (this.#ready.length >= this.#size) { for (const waiter of this.#readyWaiters.splice(0)) waiter.resolve(); }
     while (this.#queue.length > 0) this.#assign(this.#queue.shift()!, this.#pick()!);
   }
 

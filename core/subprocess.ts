@@ -68,7 +68,12 @@ function toBytes(chunk: string | ArrayBufferView | ArrayBuffer): Uint8Array {
 }
 
 function outputMode(value: unknown, fallback: BunOutput, what: string): StdioMode {
-  const mode = stdioOption(value === null ? "ignore" : value, ["pipe", "inherit", "ignore"], fallback ?? "ignore", what);
+  const mode = stdioOption(
+    value === null ? "ignore" : value,
+    ["pipe", "inherit", "ignore"],
+    fallback ?? "ignore",
+    what,
+  );
   return mode === "pipe" ? "piped" : mode === "inherit" ? "inherit" : "null";
 }
 

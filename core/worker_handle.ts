@@ -17,8 +17,8 @@ import {
   FrameDecoder,
   type FrameType,
   type Hello,
-  ProtocolError,
   PROTOCOL_VERSION,
+  ProtocolError,
   type SpawnFailure,
   type StreamFd,
 } from "./frame.ts";

@@ -17,7 +17,7 @@ import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError } fr
 
 const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
 const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno").split(",") as RuntimeName[];
-const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
+const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url).href);
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
 const bytes = (s: string) => new TextEncoder().encode(s);
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-test-"));
@@ -252,7 +252,7 @@ for (const runtime of WORKERS) {
       const error = await pool.command("spawnpool-no-such-program").output().then(() => null, (e) => e);
       assert.equal(error.name, "NotFound");
       assert.equal(error.code, "ENOENT");
-      if (HOST === "deno") assert.ok(error instanceof (globalThis as any).Deno.errors.NotFound);
+      if (HOST === "deno") assert.ok(error instanceof Deno.errors.NotFound);
       const proc = pool.spawn(["spawnpool-no-such-program", "x"]);
       const bunError = await proc.exited.then(() => null, (e) => e);
       assert.ok(bunError instanceof SpawnError);

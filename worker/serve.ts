@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type Adapter, type ByteChannel, SpawnFailed, type SpawnedChild } from "../core/adapter.ts";
+import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import {
   concatBytes,
   decodeFd,
@@ -17,8 +17,8 @@ import {
   encodeU32,
   Frame,
   FrameDecoder,
-  ProtocolError,
   PROTOCOL_VERSION,
+  ProtocolError,
   type SpawnRequest,
   type StopReason,
   type StreamFd,

@@ -1,0 +1,18 @@
+// Installs the pinned runtimes (deno, bun, node 24) and dev tools from npm when they are missing.
+// Runs under any Node >= 18 (a fresh machine's own), before the runtimes exist.
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+export const bin = join(root, "node_modules", ".bin");
+
+export function ensureInstalled() {
+  const needed = ["deno", "bun", "node", "tsc"].map((name) => join(bin, name));
+  if (needed.every((path) => existsSync(path))) return;
+  console.log("Installing deno, bun, node 24 and typescript from npm (once)...");
+  execFileSync("npm", ["ci", "--no-audit", "--no-fund"], { cwd: root, stdio: "inherit" });
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) ensureInstalled();

@@ -1,0 +1,52 @@
+// `npm test`: the quality gate (fmt, lint, type-checks) and the conformance suite under Deno, Bun and
+// Node, each host running node, bun and deno workers. Prints a total and exits non-zero on any failure.
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { bin, ensureInstalled, root } from "./setup.mjs";
+
+ensureInstalled();
+const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, NO_COLOR: "1" };
+const tests = ["tests/conformance_test.ts"];
+const steps = [
+  { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
+  { name: "deno lint", cmd: "deno", args: ["lint"] },
+  { name: "deno check", cmd: "deno", args: ["check", "mod.ts", "worker/main.ts", ...tests] },
+  { name: "core is runtime-neutral (tsc, no Deno/Bun/Node types)", cmd: "tsc", args: ["-p", "tsconfig.core.json"] },
+  {
+    name: "deno test",
+    cmd: "deno",
+    args: ["test", "-A", ...tests],
+    count: /(\d+) passed \((\d+) steps\) \| (\d+) failed/,
+  },
+  { name: "bun test", cmd: "bun", args: ["test", ...tests], count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m },
+  { name: "node --test", cmd: "node", args: ["--test", ...tests], count: /ℹ pass (\d+)\s*ℹ fail (\d+)/ },
+];
+
+let passed = 0;
+let failed = 0;
+const failures = [];
+for (const step of steps) {
+  console.log(`\n=== ${step.name}`);
+  const result = spawnSync(join(bin, step.cmd), step.args, { cwd: root, env, encoding: "utf8", maxBuffer: 1 << 28 });
+  const output = `${result.stdout ?? ""}${result.stderr ?? ""}`;
+  process.stdout.write(output);
+  const ok = result.status === 0;
+  if (!ok) failures.push(step.name);
+  if (step.count) {
+    const m = output.match(step.count);
+    if (!m) {
+      failures.push(`${step.name}: no test summary`);
+      failed++;
+      continue;
+    }
+    // deno: steps passed/failed; bun and node: tests passed/failed.
+    const [p, f] = step.cmd === "deno" ? [Number(m[2]), Number(m[3])] : [Number(m[1]), Number(m[2])];
+    console.log(`--- ${step.name}: ${p} passed, ${f} failed`);
+    passed += p;
+    failed += f;
+    if (p === 0) failures.push(`${step.name}: ran no test`);
+  }
+}
+console.log(`\n${failures.length ? `FAILED: ${failures.join("; ")}` : "All checks passed"}`);
+console.log(`tests: ${passed} passed, ${failed} failed`);
+process.exit(failures.length ? 1 : 0);
