@@ -134,9 +134,9 @@ export async function listenForWorker(abstract: boolean = process.platform === "
   };
 }
 
-/** Worker side: reads the bootstrap line from stdin, connects and presents the secret. */
-export async function connectFromBootstrap(): Promise<ByteChannel> {
-  const line = await new Promise<string>((resolve, reject) => {
+/** Worker side: reads the bootstrap line from stdin and lets stdin go. */
+export function readBootstrapLine(): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
     let text = "";
     const onData = (chunk: Uint8Array) => {
       text += new TextDecoder().decode(chunk);
@@ -149,13 +149,22 @@ export async function connectFromBootstrap(): Promise<ByteChannel> {
     process.stdin.on("data", onData);
     process.stdin.once("end", () => reject(new Error("Host closed stdin before sending the bootstrap line")));
   });
+}
+
+/** Parses a bootstrap line into the socket path and the secret. */
+export function parseBootstrap(line: string): { path: string; secret: Uint8Array } {
   const parsed = JSON.parse(line) as { path?: unknown; secret?: unknown };
   if (typeof parsed.path !== "string" || typeof parsed.secret !== "string") {
     throw new TypeError("Malformed bootstrap line");
   }
-  const secret = fromHex(parsed.secret);
+  return { path: parsed.path, secret: fromHex(parsed.secret) };
+}
+
+/** Worker side: reads the bootstrap line from stdin, connects and presents the secret. */
+export async function connectFromBootstrap(): Promise<ByteChannel> {
+  const { path, secret } = parseBootstrap(await readBootstrapLine());
   const socket = await new Promise<Socket>((resolve, reject) => {
-    const socket = connect({ path: parsed.path as string }, () => resolve(socket));
+    const socket = connect({ path }, () => resolve(socket));
     socket.once("error", reject);
   });
   socket.write(secret);

@@ -11,12 +11,13 @@ import { onTerminateSignal } from "./_signals.ts";
 import { errorCode, StreamPump } from "./_stream_pump.ts";
 import {
   bootstrapLine,
-  connectFromBootstrap,
   handshake,
   HANDSHAKE_TIMEOUT_MS,
   newSecret,
+  parseBootstrap,
   type PendingWorker,
   privateSocketPath,
+  readBootstrapLine,
   sameBytes,
   SECRET_BYTES,
 } from "./_unix_handshake.ts";
@@ -180,10 +181,14 @@ export const denoAdapter: Adapter = {
     };
   },
 
-  connectToHost(kind) {
+  async connectToHost(kind) {
     // Deno's spawn would leak an inherited fd 3 into every command, so a Deno worker always uses "unix".
     if (kind !== "unix") return Promise.reject(new Error(`A Deno worker cannot use the "${kind}" channel`));
-    return connectFromBootstrap();
+    const { path, secret } = parseBootstrap(await readBootstrapLine());
+    const conn = await Deno.connect({ transport: "unix", path });
+    let offset = 0;
+    while (offset < secret.byteLength) offset += await conn.write(secret.subarray(offset));
+    return connChannel(conn, new Uint8Array(0));
   },
 
   spawn(request, events) {
