@@ -12,7 +12,9 @@ export function ensureInstalled() {
   const needed = ["deno", "bun", "node", "tsc"].map((name) => join(bin, name));
   if (needed.every((path) => existsSync(path))) return;
   console.log("Installing deno, bun, node 24 and typescript from npm (once)...");
-  execFileSync("npm", ["ci", "--no-audit", "--no-fund"], { cwd: root, stdio: "inherit" });
+  // `npm install`, not `npm ci`: npm ci rejects this lock file over deno's platform packages, which carry
+  // no version in it ("Missing: @deno/darwin-arm64@ from lock file"); install follows the lock all the same.
+  execFileSync("npm", ["install", "--no-audit", "--no-fund"], { cwd: root, stdio: "inherit" });
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) ensureInstalled();
