@@ -62,7 +62,7 @@ class OutputStream {
   #waiting: (() => void) | undefined;
   #uncredited = 0;
 
-  constructor(credit: (bytes: number) => void, window: number, onCancel: () => void) {
+  constructor(credit: (bytes: number) => void, window: number) {
     const threshold = Math.max(1, window >> 1);
     this.readable = new ReadableStream<Uint8Array>({
       pull: async (controller) => {
@@ -84,7 +84,6 @@ class OutputStream {
       },
       cancel: () => {
         this.#queue = [];
-        onCancel();
       },
     }, { highWaterMark: 0 });
   }
@@ -164,12 +163,10 @@ export class Execution implements RequestSink {
     if (!request.buffered) {
       for (const fd of [1, 2] as const) {
         if ((fd === 1 ? request.stdout : request.stderr) !== "piped") continue;
-        const stream = new OutputStream(
+        this.#outputs[fd] = new OutputStream(
           (bytes) => this.#send(Frame.Credit, encodeCredit(fd, bytes)),
           request.window,
-          () => {},
         );
-        this.#outputs[fd] = stream;
       }
     }
     this.stdout = this.#outputs[1]?.readable;
@@ -188,11 +185,6 @@ export class Execution implements RequestSink {
       signal.addEventListener("abort", this.#onAbort, { once: true });
     }
     scheduler.submit(this);
-  }
-
-  /** Whether the execution keeps the host alive. */
-  get refed(): boolean {
-    return this.#ref;
   }
 
   /** Called by the scheduler once a worker took the request. */

@@ -83,7 +83,6 @@ export class PoolCore implements Scheduler {
   #queue: Execution[] = [];
   #closed: Promise<void> | undefined;
   #failures = 0;
-  #lastStartError: SpawnPoolError | undefined;
   #readyWaiters: Array<{ resolve: () => void; reject: (error: unknown) => void }> = [];
 
   /**
@@ -258,7 +257,6 @@ export class PoolCore implements Scheduler {
       `Could not start a ${this.#runtime} worker: ${error instanceof Error ? error.message : String(error)}`,
       { cause: error },
     );
-    this.#lastStartError = startError;
     // With no worker able to run them, waiting requests fail instead of hanging.
     if (this.#ready.length === 0) {
       for (const execution of this.#queue.splice(0)) execution.reject(startError);
@@ -271,10 +269,5 @@ export class PoolCore implements Scheduler {
     this.#ready = this.#ready.filter((w) => w !== handle);
     // Replace it when there is work; an idle pool refills on its next request.
     if (!this.#closed && this.#queue.length > 0) this.#fill();
-  }
-
-  /** The last error a worker start failed with, for diagnostics. */
-  get lastStartError(): SpawnPoolError | undefined {
-    return this.#lastStartError;
   }
 }
