@@ -19,7 +19,7 @@
  * @module
  */
 
-export { Command, Pool, spawn } from "./pool.ts";
+export { Command, configureDefaultPool, Pool, spawn } from "./pool.ts";
 export type { CommandOptions, PoolOptions, PoolStats, SpawnOptions, SpawnOptionsWithCmd } from "./pool.ts";
 export type { CommandOutput, CommandStatus, PoolCommand, PooledChildProcess } from "./core/command.ts";
 export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./core/subprocess.ts";

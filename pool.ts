@@ -45,6 +45,7 @@ export class Pool {
    */
   constructor(options: PoolOptions = {}) {
     this.#core = new PoolCore(currentPlatform(), options);
+    cores.set(this, this.#core);
   }
 
   /** Starts every worker and resolves when all are ready. */
@@ -92,11 +93,44 @@ export class Pool {
   }
 }
 
-let shared: PoolCore | undefined;
+const cores = new WeakMap<Pool, PoolCore>();
 
-function defaultPool(): Scheduler {
-  shared ??= new PoolCore(currentPlatform());
+/** @internal The scheduler behind a pool, for the other API shapes. */
+export function schedulerOf(pool: Pool): Scheduler {
+  const core = cores.get(pool);
+  if (core === undefined) throw new TypeError("Expected a Pool");
+  return core;
+}
+
+let shared: PoolCore | undefined;
+let sharedOptions: PoolOptions = {};
+
+/** @internal The default pool, started on first use. */
+export function defaultPool(): Scheduler {
+  shared ??= new PoolCore(currentPlatform(), sharedOptions);
   return shared;
+}
+
+/**
+ * Sets the options of the default pool behind `Command`, `spawn` and the `./node` drop-in, such as
+ * `{ runtime: "bun" }` to run a Node app's commands through Bun workers. Call it before the first
+ * command; the default pool starts with these options on first use.
+ *
+ * @example Bun workers for a Node host
+ * ```ts ignore
+ * import { configureDefaultPool } from "@spawnpool/spawnpool";
+ * configureDefaultPool({ runtime: "bun", size: 2 });
+ * ```
+ *
+ * @param options Pool options, as for `new Pool()`.
+ * @throws {Error} If the default pool has already started.
+ * @throws {RangeError} If `size` or `maxQueue` is out of range.
+ * @throws {TypeError} If `runtime` is not "deno", "bun" or "node".
+ */
+export function configureDefaultPool(options: PoolOptions): void {
+  if (shared !== undefined) throw new Error("The default pool has already started; configure it before first use");
+  new PoolCore(currentPlatform(), options); // validates; starts nothing
+  sharedOptions = { ...options };
 }
 
 /**

@@ -92,6 +92,9 @@ export const bunAdapter: Adapter = {
         stdin: bunStdio(request.stdin, true),
         stdout: bunStdio(request.stdout, false),
         stderr: bunStdio(request.stderr, false),
+        argv0: request.argv0,
+        uid: request.uid,
+        gid: request.gid,
         detached: true,
       });
     } catch (error) {
@@ -144,9 +147,9 @@ export const bunAdapter: Adapter = {
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),
-      release() {
-        pumps[1]?.release();
-        pumps[2]?.release();
+      release(fd?: StreamFd) {
+        if (fd !== 2) pumps[1]?.release();
+        if (fd !== 1) pumps[2]?.release();
       },
     };
     return Promise.resolve(child);

@@ -192,6 +192,14 @@ export const denoAdapter: Adapter = {
   },
 
   spawn(request, events) {
+    if (request.argv0 !== undefined) {
+      return Promise.reject(
+        new SpawnFailed({
+          code: "ENOTSUP",
+          message: "argv0 is not supported by Deno workers; use bun or node workers",
+        }),
+      );
+    }
     let child: Deno.ChildProcess;
     try {
       child = new Deno.Command(request.cmd, {
@@ -203,6 +211,8 @@ export const denoAdapter: Adapter = {
         stdin: request.stdin === "piped" ? "piped" : "null",
         stdout: request.stdout,
         stderr: request.stderr,
+        uid: request.uid,
+        gid: request.gid,
         detached: true,
       }).spawn();
     } catch (error) {
@@ -235,9 +245,9 @@ export const denoAdapter: Adapter = {
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),
-      release() {
-        pumps[1]?.release();
-        pumps[2]?.release();
+      release(fd?: StreamFd) {
+        if (fd !== 2) pumps[1]?.release();
+        if (fd !== 1) pumps[2]?.release();
       },
     };
     return Promise.resolve(controls);

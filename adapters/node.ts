@@ -88,6 +88,9 @@ export const nodeAdapter: Adapter = {
       cwd: request.cwd,
       env,
       stdio: [nodeStdio(request.stdin, true), nodeStdio(request.stdout, false), nodeStdio(request.stderr, false)],
+      argv0: request.argv0,
+      uid: request.uid,
+      gid: request.gid,
       detached: true,
     });
     child.stdin?.on("error", () => {});
@@ -120,9 +123,9 @@ export const nodeAdapter: Adapter = {
       resume(fd: StreamFd) {
         streams[fd]?.resume();
       },
-      release() {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
+      release(fd?: StreamFd) {
+        if (fd !== 2) child.stdout?.destroy();
+        if (fd !== 1) child.stderr?.destroy();
       },
     };
     return controls;

@@ -86,8 +86,11 @@ export interface SpawnedChild {
   pause(fd: StreamFd): void;
   /** Resumes reading a stream. */
   resume(fd: StreamFd): void;
-  /** Stops waiting for the streams after exit (a grandchild may hold them open) and releases them. */
-  release(): void;
+  /**
+   * Stops reading a stream (or both) and closes the worker's end of its pipe: after exit when a
+   * grandchild holds it open, or when the host stopped reading.
+   */
+  release(fd?: StreamFd): void;
 }
 
 /** Thrown by {@linkcode Adapter.spawn} when the child cannot start. */

@@ -17,6 +17,8 @@ import {
 } from "./frame.ts";
 import type { RequestSink, WorkerHandle } from "./worker_handle.ts";
 
+const FD_BYTE: Record<StreamFd, Uint8Array> = { 1: new Uint8Array([1]), 2: new Uint8Array([2]) };
+
 /** Size of stdin chunks sent to a worker. */
 const STDIN_CHUNK_BYTES = 256 * 1024;
 
@@ -53,8 +55,34 @@ class Deferred<T> {
   }
 }
 
-/** A stream of output from the worker, crediting the worker as the consumer reads. */
-class OutputStream {
+/**
+ * Where a streamed output's bytes go on the host. The sink credits the worker (through the `credit`
+ * callback it was created with) as its consumer reads, which is what bounds memory on both sides.
+ */
+export interface OutputSink {
+  /** Bytes arrived; the chunk is owned by the sink. */
+  push(chunk: Uint8Array): void;
+  /** The stream ended. */
+  end(): void;
+  /** The request failed; the stream ends with `error`. */
+  error(error: unknown): void;
+}
+
+/** What a sink may tell the worker about its stream. */
+export interface OutputControls {
+  /** The consumer read `bytes` more; the worker may send that many more. */
+  credit(bytes: number): void;
+  /** Nobody will read the stream any more: the worker closes the pipe (the child sees EPIPE). */
+  release(): void;
+  /** Bytes the worker sends ahead of credit. */
+  window: number;
+}
+
+/** Creates the sink of one streamed output. */
+export type OutputSinkFactory = (fd: StreamFd, controls: OutputControls) => OutputSink;
+
+/** A stream of output from the worker as a web `ReadableStream`, crediting the worker as the consumer reads. */
+class OutputStream implements OutputSink {
   readonly readable: ReadableStream<Uint8Array>;
   #queue: Uint8Array[] = [];
   #ended = false;
@@ -62,7 +90,8 @@ class OutputStream {
   #waiting: (() => void) | undefined;
   #uncredited = 0;
 
-  constructor(credit: (bytes: number) => void, window: number) {
+  constructor(controls: OutputControls) {
+    const { credit, window } = controls;
     const threshold = Math.max(1, window >> 1);
     this.readable = new ReadableStream<Uint8Array>({
       pull: async (controller) => {
@@ -84,6 +113,7 @@ class OutputStream {
       },
       cancel: () => {
         this.#queue = [];
+        if (!this.#ended && this.#error === undefined) controls.release();
       },
     }, { highWaterMark: 0 });
   }
@@ -117,6 +147,8 @@ export interface ExecutionOptions {
   stdinSource?: StdinSource;
   /** Kills the child with SIGTERM when aborted. */
   signal?: AbortSignal;
+  /** Makes the sinks of streamed outputs; without it they are web `ReadableStream`s (`stdout`, `stderr`). */
+  output?: OutputSinkFactory;
 }
 
 let nextId = 0;
@@ -135,8 +167,6 @@ export class Execution implements RequestSink {
   readonly stdout: ReadableStream<Uint8Array> | undefined;
   /** Stderr, when streamed and piped. */
   readonly stderr: ReadableStream<Uint8Array> | undefined;
-  /** Stdin, when piped without a source. */
-  readonly stdin: WritableStream<Uint8Array> | undefined;
   /** The child's pid once known. */
   pid: number | undefined;
   /** Whether `kill()` sent a signal. */
@@ -146,7 +176,9 @@ export class Execution implements RequestSink {
   #assigned = new Deferred<WorkerHandle>();
   #spawned = new Deferred<number>();
   #completed = new Deferred<Completion>();
-  #outputs: [undefined, OutputStream | undefined, OutputStream | undefined] = [undefined, undefined, undefined];
+  #outputs: [undefined, OutputSink | undefined, OutputSink | undefined] = [undefined, undefined, undefined];
+  #stdin: WritableStream<Uint8Array> | undefined;
+  #stdinWritable: boolean;
   #collected: [Uint8Array[], Uint8Array[], Uint8Array[]] = [[], [], []];
   #acks: Array<Deferred<boolean>> = [];
   #ref = true;
@@ -160,21 +192,25 @@ export class Execution implements RequestSink {
     this.request = request;
     this.spawned = this.#spawned.promise;
     this.completed = this.#completed.promise;
+    const streams: [undefined, OutputStream | undefined, OutputStream | undefined] = [undefined, undefined, undefined];
     if (!request.buffered) {
       for (const fd of [1, 2] as const) {
         if ((fd === 1 ? request.stdout : request.stderr) !== "piped") continue;
-        this.#outputs[fd] = new OutputStream(
-          (bytes) => this.#send(Frame.Credit, encodeCredit(fd, bytes)),
-          request.window,
-        );
+        const controls: OutputControls = {
+          credit: (bytes) => this.#send(Frame.Credit, encodeCredit(fd, bytes)),
+          release: () => {
+            if (!this.#done) this.#send(Frame.Release, FD_BYTE[fd]);
+          },
+          window: request.window,
+        };
+        if (options.output !== undefined) this.#outputs[fd] = options.output(fd, controls);
+        else this.#outputs[fd] = streams[fd] = new OutputStream(controls);
       }
     }
-    this.stdout = this.#outputs[1]?.readable;
-    this.stderr = this.#outputs[2]?.readable;
-    if (request.stdin === "piped") {
-      if (options.stdinSource === undefined) this.stdin = this.#writableStdin();
-      else void this.#pumpStdin(options.stdinSource);
-    }
+    this.stdout = streams[1]?.readable;
+    this.stderr = streams[2]?.readable;
+    this.#stdinWritable = request.stdin === "piped" && options.stdinSource === undefined;
+    if (request.stdin === "piped" && options.stdinSource !== undefined) void this.#pumpStdin(options.stdinSource);
     const signal = options.signal;
     if (signal !== undefined) {
       if (signal.aborted) {
@@ -290,9 +326,33 @@ export class Execution implements RequestSink {
     if (this.#ref) this.#worker?.unrefRequest();
   }
 
-  #send(type: typeof Frame.Credit | typeof Frame.Stdin | typeof Frame.StdinEnd, payload?: Uint8Array): void {
+  #send(
+    type: typeof Frame.Credit | typeof Frame.Release | typeof Frame.Stdin | typeof Frame.StdinEnd,
+    payload?: Uint8Array,
+  ): void {
     if (this.#worker !== undefined) this.#worker.send(type, this.id, payload);
     else void this.#assigned.promise.then((worker) => worker.send(type, this.id, payload), () => {});
+  }
+
+  /** Stdin as a web `WritableStream`, when piped without a source (created on first use). */
+  get stdin(): WritableStream<Uint8Array> | undefined {
+    if (!this.#stdinWritable) return undefined;
+    this.#stdin ??= this.#writableStdin();
+    return this.#stdin;
+  }
+
+  /**
+   * Writes to the child's stdin (piped, without a source); resolves once the worker has written it,
+   * or with false when the child closed its stdin or the request is done. The chunk must not change
+   * until then.
+   */
+  write(chunk: Uint8Array): Promise<boolean> {
+    return this.#writeStdin(chunk);
+  }
+
+  /** Closes the child's stdin. */
+  endStdin(): void {
+    this.#endStdin();
   }
 
   /** Sends one chunk of stdin; resolves false when the child closed its stdin or the request is done. */

@@ -35,6 +35,11 @@ export const Frame = {
   Kill: 4,
   /** host -> worker: the host consumed bytes of a stream; payload is u8 fd, u32 byte count. */
   Credit: 5,
+  /**
+   * host -> worker: nobody reads a stream any more; payload is u8 fd. The worker closes its end of the
+   * pipe, so the child sees EPIPE (or SIGPIPE) on its next write, as with a pipe whose reader went away.
+   */
+  Release: 6,
   /** worker -> host: the worker is ready; payload is the JSON {@linkcode Hello}. */
   Hello: 16,
   /** worker -> host: the child started; payload is u32 pid. */
@@ -112,6 +117,14 @@ export interface SpawnRequest {
   maxBuffer?: number;
   /** Bytes of streamed output the worker may send ahead of the host's credit, per stream. */
   window: number;
+  /** The child's `argv[0]`, when it should differ from `cmd`. */
+  argv0?: string;
+  /** User id to run the child as. */
+  uid?: number;
+  /** Group id to run the child as. */
+  gid?: number;
+  /** Leave the child running when the worker stops (it is killed with the worker otherwise). */
+  detached?: boolean;
 }
 
 /** Why a completed request's child was stopped by the worker, if it was. */

@@ -34,6 +34,10 @@ export interface RequestInput extends CommonOptions {
   stdout: StdioMode;
   stderr: StdioMode;
   buffered: boolean;
+  argv0?: string;
+  uid?: number;
+  gid?: number;
+  detached?: boolean;
 }
 
 /** Default flow-control window per stream: bytes a worker sends ahead of the host's reads. */
@@ -108,6 +112,19 @@ export function buildRequest(input: RequestInput): SpawnRequest {
   if (input.clearEnv) request.clearEnv = true;
   if (input.timeout !== undefined) request.timeout = positiveInteger(input.timeout, "timeout");
   if (input.maxBuffer !== undefined) request.maxBuffer = positiveInteger(input.maxBuffer, "maxBuffer");
+  if (input.argv0 !== undefined) {
+    if (typeof input.argv0 !== "string") throw new TypeError("argv0 must be a string");
+    request.argv0 = noNul(input.argv0, "argv0");
+  }
+  for (const key of ["uid", "gid"] as const) {
+    const id = input[key];
+    if (id === undefined) continue;
+    if (!Number.isInteger(id) || id < -0x8000_0000 || id > 0x7fff_ffff) {
+      throw new RangeError(`${key} must be a 32-bit integer, got ${String(id)}`);
+    }
+    request[key] = id;
+  }
+  if (input.detached) request.detached = true;
   if (input.signal !== undefined && !(input.signal instanceof AbortSignal)) {
     throw new TypeError("signal must be an AbortSignal");
   }

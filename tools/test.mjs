@@ -6,11 +6,11 @@ import { bin, ensureInstalled, root } from "./setup.mjs";
 
 ensureInstalled();
 const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, NO_COLOR: "1" };
-const tests = ["tests/conformance_test.ts", "tests/handshake_test.ts"];
+const tests = ["tests/conformance_test.ts", "tests/handshake_test.ts", "tests/node_compat_test.ts"];
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
   { name: "deno lint", cmd: "deno", args: ["lint"] },
-  { name: "deno check", cmd: "deno", args: ["check", "mod.ts", "worker/main.ts", ...tests] },
+  { name: "deno check", cmd: "deno", args: ["check", "mod.ts", "node.ts", "worker/main.ts", ...tests] },
   { name: "core is runtime-neutral (tsc, no Deno/Bun/Node types)", cmd: "tsc", args: ["-p", "tsconfig.core.json"] },
   {
     name: "deno test",

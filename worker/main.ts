@@ -17,4 +17,6 @@ if (kind !== "fd3" && kind !== "unix") {
 }
 // Nothing of the worker's own plumbing reaches the commands it spawns.
 for (const name of ["SPAWNPOOL_CHANNEL", "NODE_CHANNEL_FD"]) adapter.deleteEnv(name);
-serve(adapter, await adapter.connectToHost(kind as ChannelKind));
+// If the host went away (or closed the pool) while this worker started, nobody is left to tell.
+const channel = await adapter.connectToHost(kind as ChannelKind).catch((): never => adapter.exit(1));
+serve(adapter, channel);

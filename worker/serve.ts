@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
+import { type Adapter, type ByteChannel, type ChildEvents, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import {
   concatBytes,
   decodeFd,
@@ -41,8 +41,8 @@ class Job {
   readonly id: number;
   readonly request: SpawnRequest;
   child: SpawnedChild | undefined;
-  /** Stdin writes and kills that arrived before the child was spawned. */
-  early: Array<StdinOp | { signal: string; group: boolean }> = [];
+  /** Stdin writes, kills and releases that arrived before the child was spawned. */
+  early: Array<StdinOp | { signal: string; group: boolean } | { release: StreamFd }> = [];
   /** Unacknowledged bytes per stream (streamed mode) or collected chunks (buffered mode). */
   unacked: [number, number, number] = [0, 0, 0];
   paused: [boolean, boolean, boolean] = [false, false, false];
@@ -78,7 +78,11 @@ function parseRequest(payload: Uint8Array): SpawnRequest {
     typeof raw.buffered !== "boolean" || typeof raw.killSignal !== "string" ||
     !isCount(raw.forceKillAfterDelay) || !isCount(raw.window) || raw.window === 0 ||
     !(raw.timeout === undefined || isCount(raw.timeout)) ||
-    !(raw.maxBuffer === undefined || isCount(raw.maxBuffer))
+    !(raw.maxBuffer === undefined || isCount(raw.maxBuffer)) ||
+    !(raw.argv0 === undefined || typeof raw.argv0 === "string") ||
+    !(raw.uid === undefined || Number.isInteger(raw.uid)) ||
+    !(raw.gid === undefined || Number.isInteger(raw.gid)) ||
+    !(raw.detached === undefined || typeof raw.detached === "boolean")
   ) {
     throw new ProtocolError("Spawn request is malformed");
   }
@@ -100,7 +104,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     if (stopping) return;
     stopping = true;
     for (const job of jobs.values()) {
-      if (job.child && !job.exit) job.child.kill("SIGKILL", true);
+      if (job.child && !job.exit && !job.request.detached) job.child.kill("SIGKILL", true);
     }
     adapter.exit(code);
   };
@@ -176,39 +180,53 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
   const start = async (job: Job): Promise<void> => {
     const { request } = job;
     let child: SpawnedChild;
+    // The host must hear "spawned" before any output or exit: events the adapter reports before its
+    // spawn() promise settles wait here.
+    let started = false;
+    const early: Array<() => void> = [];
+    const inOrder = (event: () => void): void => {
+      if (started) event();
+      else early.push(event);
+    };
+    const events: ChildEvents = {
+      data(fd, chunk) {
+        if (!job.open[fd]) return; // released, or after the grace
+        if (request.buffered) {
+          job.totalBytes += chunk.byteLength;
+          if (request.maxBuffer !== undefined && job.totalBytes > request.maxBuffer) {
+            stopFor(job, "maxBuffer", "SIGKILL");
+            return;
+          }
+          job.collected[fd].push(chunk);
+          job.collectedBytes += chunk.byteLength;
+          if (job.collectedBytes >= FLUSH_BYTES) flushCollected(job);
+        } else {
+          writer.send(fd === 1 ? Frame.Stdout : Frame.Stderr, job.id, chunk);
+          job.unacked[fd] += chunk.byteLength;
+          if (job.unacked[fd] >= request.window && !job.paused[fd]) {
+            job.paused[fd] = true;
+            job.child?.pause(fd);
+          }
+        }
+        if (job.exit) armGrace(job);
+      },
+      end(fd) {
+        if (!job.open[fd]) return;
+        job.open[fd] = false;
+        if (!request.buffered) writer.send(Frame.StreamEnd, job.id, FD_BYTE[fd]);
+        finish(job);
+      },
+      exit(code, signal) {
+        job.exit = { code, signal };
+        armGrace(job);
+        finish(job);
+      },
+    };
     try {
       child = await adapter.spawn(request, {
-        data(fd, chunk) {
-          if (request.buffered) {
-            job.totalBytes += chunk.byteLength;
-            if (request.maxBuffer !== undefined && job.totalBytes > request.maxBuffer) {
-              stopFor(job, "maxBuffer", "SIGKILL");
-              return;
-            }
-            job.collected[fd].push(chunk);
-            job.collectedBytes += chunk.byteLength;
-            if (job.collectedBytes >= FLUSH_BYTES) flushCollected(job);
-          } else {
-            writer.send(fd === 1 ? Frame.Stdout : Frame.Stderr, job.id, chunk);
-            job.unacked[fd] += chunk.byteLength;
-            if (job.unacked[fd] >= request.window && !job.paused[fd]) {
-              job.paused[fd] = true;
-              job.child?.pause(fd);
-            }
-          }
-          if (job.exit) armGrace(job);
-        },
-        end(fd) {
-          if (!job.open[fd]) return;
-          job.open[fd] = false;
-          if (!request.buffered) writer.send(Frame.StreamEnd, job.id, FD_BYTE[fd]);
-          finish(job);
-        },
-        exit(code, signal) {
-          job.exit = { code, signal };
-          armGrace(job);
-          finish(job);
-        },
+        data: (fd, chunk) => inOrder(() => events.data(fd, chunk)),
+        end: (fd) => inOrder(() => events.end(fd)),
+        exit: (code, signal) => inOrder(() => events.exit(code, signal)),
       });
     } catch (error) {
       jobs.delete(job.id);
@@ -220,11 +238,14 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     }
     job.child = child;
     writer.send(Frame.Spawned, job.id, encodeU32(child.pid));
+    started = true;
+    for (const event of early.splice(0)) event();
     if (request.timeout !== undefined) {
       job.timers.push(setTimeout(() => stopFor(job, "timeout", request.killSignal), request.timeout));
     }
     for (const op of job.early) {
       if (op === "end" || op instanceof Uint8Array) writeStdin(job, op);
+      else if ("release" in op) child.release(op.release);
       else killChild(job, op.signal, op.group);
     }
     job.early = [];
@@ -241,7 +262,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     const job = jobs.get(id);
     // Frames for requests that already completed are normal (a kill racing an exit): ignore them.
     if (job === undefined) {
-      if (type < Frame.Spawn || type > Frame.Credit) throw new ProtocolError(`Unknown frame type ${type}`);
+      if (type < Frame.Spawn || type > Frame.Release) throw new ProtocolError(`Unknown frame type ${type}`);
       return;
     }
     switch (type) {
@@ -258,6 +279,16 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
         const signal = group ? text.slice(1) : text;
         if (job.child) killChild(job, signal, group);
         else job.early.push({ signal, group });
+        return;
+      }
+      case Frame.Release: {
+        const fd = decodeFd(payload);
+        if (!job.open[fd]) return;
+        job.open[fd] = false;
+        job.paused[fd] = false;
+        if (job.child) job.child.release(fd);
+        else job.early.push({ release: fd });
+        finish(job);
         return;
       }
       case Frame.Credit: {

@@ -1,0 +1,107 @@
+/**
+ * A drop-in for `node:child_process` whose commands run in spawnpool's default pool: change
+ *
+ * ```ts ignore
+ * import { exec, execFile, spawn } from "node:child_process";
+ * ```
+ *
+ * to an import of this module and nothing else in the app changes. `spawn`, `execFile` and `exec`
+ * (callback and `util.promisify` forms) return a `ChildProcess`-shaped event emitter with Node streams.
+ *
+ * What differs from `node:child_process`:
+ * - `pid` is set when the worker reports it, just before `'spawn'`; it is `undefined` right after `spawn()`.
+ * - `spawnSync`, `execSync`, `execFileSync` and `fork` are the runtime's own, re-exported unchanged: a pool
+ *   cannot run a command synchronously, and `fork` needs an IPC channel.
+ * - A `stdio` the pool cannot give (an `'ipc'` slot, a stream, an fd other than the slot's own, more than
+ *   three pipes) makes that one call use the runtime's `node:child_process`, with a one-time
+ *   `SPAWNPOOL_NATIVE_FALLBACK` process warning.
+ * - Stdin `'inherit'` reads nothing (workers have no terminal to share); stdout and stderr `'inherit'` write
+ *   to the host's.
+ * - `timeout` (and an aborted `signal`) kills the command's whole process group, and follows with SIGKILL
+ *   5 s later if it is still running.
+ *
+ * @example Switching one import
+ * ```ts
+ * import { execFile, spawn } from "./node.ts";
+ * import { promisify } from "node:util";
+ *
+ * const { stdout } = await promisify(execFile)("echo", ["hi"]);
+ * console.log(stdout); // "hi\n"
+ *
+ * const child = spawn("cat");
+ * child.stdout!.on("data", (chunk) => console.log(String(chunk))); // "bytes in"
+ * child.stdin!.end("bytes in");
+ * ```
+ *
+ * @module
+ */
+
+import { type ChildProcessApi, childProcessApi } from "./node/child_process.ts";
+import { defaultPool, type Pool, schedulerOf } from "./pool.ts";
+
+const api: ChildProcessApi = childProcessApi(defaultPool);
+
+/**
+ * `child_process.spawn(command, args?, options?)` on the default pool.
+ *
+ * @example Streaming a command's output
+ * ```ts
+ * import { spawn } from "./node.ts";
+ *
+ * const child = spawn("ls", ["-l", "/"]);
+ * child.stdout!.pipe(process.stdout);
+ * child.on("close", (code) => console.log(`exited with ${code}`));
+ * ```
+ */
+export const spawn: ChildProcessApi["spawn"] = api.spawn;
+
+/**
+ * `child_process.execFile(file, args?, options?, callback?)` on the default pool; `util.promisify`
+ * gives `{ stdout, stderr }` as Node's does.
+ *
+ * @example Running a program and collecting its output
+ * ```ts
+ * import { execFile } from "./node.ts";
+ *
+ * execFile("echo", ["hi"], (error, stdout) => console.log(error, stdout)); // null "hi\n"
+ * ```
+ */
+export const execFile: ChildProcessApi["execFile"] = api.execFile;
+
+/**
+ * `child_process.exec(command, options?, callback?)` on the default pool: runs `command` with `/bin/sh -c`
+ * (or `options.shell`).
+ *
+ * @example A shell pipeline
+ * ```ts
+ * import { exec } from "./node.ts";
+ *
+ * exec("echo hi | tr a-z A-Z", (error, stdout) => console.log(stdout)); // "HI\n"
+ * ```
+ */
+export const exec: ChildProcessApi["exec"] = api.exec;
+
+/**
+ * `spawn`, `execFile` and `exec` bound to an explicit pool instead of the default one.
+ *
+ * @example Node app, Bun workers
+ * ```ts
+ * import { Pool } from "./mod.ts";
+ * import { childProcessFor } from "./node.ts";
+ *
+ * await using pool = new Pool({ runtime: "bun" });
+ * const { execFile } = childProcessFor(pool);
+ * execFile("echo", ["hi"], (error, stdout) => console.log(stdout));
+ * ```
+ *
+ * @param pool The pool to run commands in.
+ * @returns The three functions, shaped exactly like the exports of this module.
+ * @throws {TypeError} If `pool` is not a {@linkcode Pool}.
+ */
+export function childProcessFor(pool: Pool): ChildProcessApi {
+  const scheduler = schedulerOf(pool);
+  return childProcessApi(() => scheduler);
+}
+
+export { AbortError, ChildProcess, type ChildProcessApi, type ExecError } from "./node/child_process.ts";
+export { execFileSync, execSync, fork, spawnSync } from "node:child_process";

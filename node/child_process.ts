@@ -1,0 +1,828 @@
+/**
+ * `node:child_process` over a pool: a `ChildProcess`-shaped event emitter with Node streams, and
+ * `spawn`, `execFile` and `exec` with Node's argument handling, defaults, events and errors.
+ *
+ * @module
+ */
+
+import { Buffer } from "node:buffer";
+import * as native from "node:child_process";
+import { EventEmitter } from "node:events";
+import { constants as osConstants } from "node:os";
+import process from "node:process";
+import { Readable, Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
+import { SpawnError } from "../core/errors.ts";
+import { type Completion, Execution, type OutputControls, type OutputSink, type Scheduler } from "../core/execution.ts";
+import type { StdioMode, StreamFd } from "../core/frame.ts";
+import { buildRequest } from "../core/options.ts";
+import { signalName } from "../core/signals.ts";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Errors shaped like Node's
+
+type NodeError = Error & { code: string };
+
+function nodeError<E extends Error>(Base: new (message: string) => E, code: string, message: string): E & NodeError {
+  const error = new Base(message) as E & NodeError;
+  error.code = code;
+  return error;
+}
+
+function received(value: unknown): string {
+  if (value === null || value === undefined) return ` Received ${value}`;
+  if (typeof value === "function") return ` Received function ${value.name || "<anonymous>"}`;
+  if (typeof value === "object") {
+    const name = (value as object).constructor?.name;
+    return name ? ` Received an instance of ${name}` : " Received an object";
+  }
+  const shown = typeof value === "string" ? `'${value.length > 25 ? `${value.slice(0, 25)}...` : value}'` : value;
+  return ` Received type ${typeof value} (${String(shown)})`;
+}
+
+function invalidArgType(name: string, expected: string, value: unknown): NodeError {
+  const kind = name.includes(".") ? "property" : "argument";
+  return nodeError(
+    TypeError,
+    "ERR_INVALID_ARG_TYPE",
+    `The "${name}" ${kind} must be ${expected}.${received(value)}`,
+  );
+}
+
+function invalidArgValue(name: string, value: unknown, reason = "is invalid"): NodeError {
+  const kind = name.includes(".") ? "property" : "argument";
+  return nodeError(TypeError, "ERR_INVALID_ARG_VALUE", `The ${kind} '${name}' ${reason}. Received ${String(value)}`);
+}
+
+function outOfRange(name: string, range: string, value: unknown): NodeError {
+  return nodeError(
+    RangeError,
+    "ERR_OUT_OF_RANGE",
+    `The value of "${name}" is out of range. It must be ${range}. Received ${String(value)}`,
+  );
+}
+
+/** The error an aborted `signal` produces, as Node's `AbortError`. */
+export class AbortError extends Error {
+  /** Always `"ABORT_ERR"`. */
+  readonly code = "ABORT_ERR";
+
+  /** Creates an abort error whose cause is the signal's reason. */
+  constructor(message = "The operation was aborted", options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "AbortError";
+  }
+}
+
+function noNulBytes(value: unknown, name: string): void {
+  if (typeof value === "string" && value.includes("\0")) {
+    throw invalidArgValue(name, value, "must be a string without null bytes");
+  }
+}
+
+function errnoOf(code: string): number | undefined {
+  const errno = (osConstants.errno as Record<string, number | undefined>)[code];
+  return errno === undefined ? undefined : -errno;
+}
+
+function killSignalOf(value: unknown, name: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "string" && typeof value !== "number") {
+    throw invalidArgType(name, "of type string or number", value);
+  }
+  try {
+    return signalName(value);
+  } catch {
+    throw nodeError(TypeError, "ERR_UNKNOWN_SIGNAL", `Unknown signal: ${value}`);
+  }
+}
+
+function validateTimeout(timeout: unknown): number {
+  if (timeout === undefined || timeout === null) return 0;
+  if (!(Number.isInteger(timeout) && (timeout as number) >= 0)) {
+    throw outOfRange("timeout", "an unsigned integer", timeout);
+  }
+  return timeout as number;
+}
+
+function validateAbortSignal(signal: unknown, name: string): AbortSignal | undefined {
+  if (signal === undefined) return undefined;
+  if (signal === null || typeof signal !== "object" || !("aborted" in signal)) {
+    throw invalidArgType(name, "an instance of AbortSignal", signal);
+  }
+  return signal as AbortSignal;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Options
+
+/** Options of {@linkcode spawn}, as `node:child_process` accepts them. */
+export type SpawnOptions = native.SpawnOptions;
+/** Options of {@linkcode execFile} and {@linkcode exec}. */
+export type ExecFileOptions = native.ExecFileOptions & { encoding?: BufferEncoding | "buffer" | null };
+
+/** A spawn call after Node's normalisation, ready for the pool. */
+interface PooledSpawn {
+  file: string;
+  args: string[];
+  spawnfile: string;
+  spawnargs: unknown[];
+  /** Slots past stdio[2] (all "ignore"). */
+  extraStdio: number;
+  argv0?: string;
+  cwd: string;
+  env: Record<string, string>;
+  stdio: [StdioMode, StdioMode, StdioMode];
+  uid?: number;
+  gid?: number;
+  detached: boolean;
+  timeout: number;
+  killSignal: string;
+  signal?: AbortSignal;
+}
+
+/** Why a spawn must run natively, or undefined when the pool can run it. */
+type Unpoolable = string;
+
+/** Maps Node's `stdio` option to the pool's modes; returns a reason when the pool cannot honour it. */
+function stdioModes(stdio: unknown): [StdioMode, StdioMode, StdioMode] | Unpoolable {
+  if (stdio === undefined || stdio === null) return ["piped", "piped", "piped"];
+  if (typeof stdio === "string") {
+    switch (stdio) {
+      case "pipe":
+      case "overlapped":
+        return ["piped", "piped", "piped"];
+      case "ignore":
+        return ["null", "null", "null"];
+      case "inherit":
+        return ["inherit", "inherit", "inherit"];
+      default:
+        throw invalidArgValue("stdio", stdio);
+    }
+  }
+  if (!Array.isArray(stdio)) throw invalidArgValue("stdio", stdio);
+  const modes: [StdioMode, StdioMode, StdioMode] = ["piped", "piped", "piped"];
+  for (let i = 0; i < stdio.length; i++) {
+    const slot = stdio[i];
+    let mode: StdioMode | undefined;
+    if (slot === null || slot === undefined) mode = i < 3 ? "piped" : "null";
+    else if (slot === "ignore") mode = "null";
+    else if (slot === "pipe" || slot === "overlapped") mode = i < 3 ? "piped" : undefined;
+    else if (slot === "inherit" || slot === i) mode = i < 3 ? "inherit" : undefined;
+    if (mode === undefined) {
+      const shown = typeof slot === "object" ? `a ${slot.constructor?.name ?? "object"}` : `'${String(slot)}'`;
+      return `stdio[${i}] is ${shown}`;
+    }
+    if (i < 3) modes[i] = mode;
+  }
+  return modes;
+}
+
+function validatedPath(value: unknown, name: string): string {
+  let path: string;
+  if (typeof value === "string") path = value;
+  else if (value instanceof URL) {
+    if (value.protocol !== "file:") {
+      throw nodeError(TypeError, "ERR_INVALID_URL_SCHEME", "The URL must be of scheme file");
+    }
+    path = fileURLToPath(value.href);
+  } else if (value instanceof Uint8Array) path = Buffer.from(value).toString();
+  else throw invalidArgType(name, "of type string or an instance of Buffer or URL", value);
+  if (path.includes("\0")) {
+    throw invalidArgValue(name, path, "must be a string, Uint8Array, or URL without null bytes");
+  }
+  return path;
+}
+
+function optionalBoolean(options: Record<string, unknown>, key: string): void {
+  const value = options[key];
+  if (value !== undefined && value !== null && typeof value !== "boolean") {
+    throw invalidArgType(`options.${key}`, "of type boolean", value);
+  }
+}
+
+function optionalInt32(options: Record<string, unknown>, key: string): number | undefined {
+  const value = options[key];
+  if (value === undefined || value === null) return undefined;
+  if (!Number.isInteger(value) || (value as number) < -0x8000_0000 || (value as number) > 0x7fff_ffff) {
+    throw invalidArgType(`options.${key}`, "int32", value);
+  }
+  return value as number;
+}
+
+/**
+ * Node's `normalizeSpawnArguments`, then the pool's: validates and throws Node's errors synchronously.
+ * Returns a reason string when the call needs something a pool cannot give (an `'ipc'` slot, extra fds).
+ */
+function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): PooledSpawn | Unpoolable {
+  if (typeof file !== "string") throw invalidArgType("file", "of type string", file);
+  noNulBytes(file, "file");
+  if (file.length === 0) throw invalidArgValue("file", "''", "cannot be empty");
+  let args: unknown[];
+  let options: unknown = optionsIn;
+  if (Array.isArray(argsIn)) args = argsIn.slice();
+  else if (argsIn === undefined || argsIn === null) args = [];
+  else if (typeof argsIn !== "object") throw invalidArgType("args", "of type object", argsIn);
+  else {
+    options = argsIn;
+    args = [];
+  }
+  args.forEach((arg, i) => noNulBytes(arg, `args[${i}]`));
+  if (options === undefined) options = {};
+  else if (options === null || typeof options !== "object" || Array.isArray(options)) {
+    throw invalidArgType("options", "of type object", options);
+  }
+  const o = options as Record<string, unknown>;
+  const cwd = o.cwd === undefined || o.cwd === null ? process.cwd() : validatedPath(o.cwd, "options.cwd");
+  optionalBoolean(o, "detached");
+  const uid = optionalInt32(o, "uid");
+  const gid = optionalInt32(o, "gid");
+  if (o.shell !== undefined && o.shell !== null && typeof o.shell !== "boolean" && typeof o.shell !== "string") {
+    throw invalidArgType("options.shell", "of type boolean or string", o.shell);
+  }
+  let argv0: string | undefined;
+  if (o.argv0 !== undefined && o.argv0 !== null) {
+    if (typeof o.argv0 !== "string") throw invalidArgType("options.argv0", "of type string", o.argv0);
+    noNulBytes(o.argv0, "options.argv0");
+    argv0 = o.argv0;
+  }
+  optionalBoolean(o, "windowsHide");
+  optionalBoolean(o, "windowsVerbatimArguments");
+  const timeout = validateTimeout(o.timeout);
+  const signal = validateAbortSignal(o.signal, "options.signal");
+  const killSignal = killSignalOf(o.killSignal, "options.killSignal") ?? "SIGTERM";
+
+  let strArgs = args.map((arg) => String(arg));
+  let spawnargs: unknown[] = args;
+  let cmd = file;
+  if (o.shell) {
+    noNulBytes(o.shell, "options.shell");
+    const command = [file, ...strArgs].join(" ");
+    cmd = typeof o.shell === "string" ? o.shell : "/bin/sh";
+    strArgs = spawnargs = ["-c", command];
+  }
+
+  const source = (o.env || process.env) as Record<string, unknown>;
+  const env: Record<string, string> = {};
+  for (const key in source) {
+    const value = source[key];
+    if (value === undefined) continue;
+    noNulBytes(key, `options.env['${key}']`);
+    noNulBytes(value, `options.env['${key}']`);
+    env[key] = String(value);
+  }
+
+  const stdio = stdioModes(o.stdio);
+  if (typeof stdio === "string") return stdio;
+  const spec: PooledSpawn = {
+    file: cmd,
+    args: strArgs,
+    spawnfile: cmd,
+    spawnargs: [argv0 ?? cmd, ...spawnargs],
+    extraStdio: Array.isArray(o.stdio) ? Math.max(0, o.stdio.length - 3) : 0,
+    cwd,
+    env,
+    stdio,
+    detached: o.detached === true,
+    timeout,
+    killSignal,
+  };
+  if (argv0 !== undefined) spec.argv0 = argv0;
+  if (uid !== undefined) spec.uid = uid;
+  if (gid !== undefined) spec.gid = gid;
+  if (signal !== undefined) spec.signal = signal;
+  return spec;
+}
+
+const warned = new Set<string>();
+
+function warnNative(reason: string): void {
+  if (warned.has(reason)) return;
+  warned.add(reason);
+  process.emitWarning(`${reason}, which a pool cannot provide; this spawn uses the runtime's node:child_process`, {
+    code: "SPAWNPOOL_NATIVE_FALLBACK",
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// ChildProcess
+
+/** A readable child output as a Node stream; credits the worker as the consumer reads. */
+class OutputReadable extends Readable {
+  readonly #controls: OutputControls;
+  readonly #threshold: number;
+  #held = 0;
+
+  constructor(controls: OutputControls) {
+    super();
+    this.#controls = controls;
+    this.#threshold = Math.max(1, controls.window >> 1);
+  }
+
+  override _read(): void {
+    this.#release();
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    // Destroyed before its end: close the pipe in the worker, as destroying a pipe's read end does.
+    if (!this.readableEnded) this.#controls.release();
+    this.#held = 0;
+    callback(error);
+  }
+
+  deliver(chunk: Uint8Array): void {
+    if (this.destroyed || this.readableEnded) {
+      this.#controls.credit(chunk.byteLength); // in flight before the release; nobody reads it
+      return;
+    }
+    this.#held += chunk.byteLength;
+    const more = this.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+    if (more && this.#held >= this.#threshold) this.#release();
+  }
+
+  finish(): void {
+    if (!this.destroyed && !this.readableEnded) this.push(null);
+  }
+
+  #release(): void {
+    if (this.#held === 0) return;
+    const bytes = this.#held;
+    this.#held = 0;
+    this.#controls.credit(bytes);
+  }
+}
+
+function epipe(): NodeError & { errno: number; syscall: string } {
+  return Object.assign(nodeError(Error, "EPIPE", "write EPIPE"), { errno: errnoOf("EPIPE") ?? -32, syscall: "write" });
+}
+
+/**
+ * A pooled command, shaped like Node's `ChildProcess`: an `EventEmitter` with `'spawn'`, `'exit'`,
+ * `'close'` and `'error'`, Node streams for piped stdio, `pid` once the worker has started the command.
+ * Created by {@linkcode spawn}, {@linkcode execFile} and {@linkcode exec}; not constructed directly.
+ */
+export class ChildProcess extends EventEmitter {
+  /** The pid, set once the worker reports it (before `'spawn'`); undefined until then or if it failed. */
+  pid: number | undefined = undefined;
+  /** The exit code once exited normally; the negative errno if the command could not start. */
+  exitCode: number | null = null;
+  /** The signal that ended the command. */
+  signalCode: NodeJS.Signals | null = null;
+  /** Whether `kill()` delivered a signal (or a `timeout` killed the command). */
+  killed = false;
+  /** Always false: pooled commands have no IPC channel. */
+  readonly connected = false;
+  /** The program, after `shell` was applied. */
+  readonly spawnfile: string;
+  /** `argv` of the command: argv0 (or the program) and the arguments, as given. */
+  readonly spawnargs: string[];
+  /** Stdin, when piped. */
+  readonly stdin: Writable | null = null;
+  /** Stdout, when piped. */
+  readonly stdout: Readable | null = null;
+  /** Stderr, when piped. */
+  readonly stderr: Readable | null = null;
+  /** `[stdin, stdout, stderr]`, then null for each further "ignore" slot. */
+  readonly stdio: [
+    Writable | null,
+    Readable | null,
+    Readable | null,
+    Readable | Writable | null | undefined,
+    Readable | Writable | null | undefined,
+  ];
+
+  readonly #execution: Execution;
+  readonly #killSignal: string;
+  #closesNeeded = 1;
+  #closesGot = 0;
+  #settled = false;
+  #spawned = false;
+  #abortPending: AbortSignal | undefined;
+  #stdinPending = 0;
+  #signal: AbortSignal | undefined;
+  readonly #onAbort = (): void => {
+    if (this.#spawned) this.#abort(this.#signal!);
+    else this.#abortPending = this.#signal;
+  };
+
+  /** @internal */
+  constructor(scheduler: Scheduler, spec: PooledSpawn) {
+    super();
+    this.spawnfile = spec.spawnfile;
+    this.spawnargs = spec.spawnargs as string[];
+    this.#killSignal = spec.killSignal;
+    const outputs: [undefined, OutputReadable | undefined, OutputReadable | undefined] = [
+      undefined,
+      undefined,
+      undefined,
+    ];
+    const request = buildRequest({
+      cmd: spec.file,
+      args: spec.args,
+      cwd: spec.cwd,
+      env: spec.env,
+      clearEnv: true,
+      stdin: spec.stdio[0],
+      stdout: spec.stdio[1],
+      stderr: spec.stdio[2],
+      buffered: false,
+      timeout: spec.timeout > 0 ? spec.timeout : undefined,
+      killSignal: spec.killSignal,
+      argv0: spec.argv0,
+      uid: spec.uid,
+      gid: spec.gid,
+      detached: spec.detached,
+    });
+    // Every event reaches user code in a microtask, in arrival order: an exception in a listener is an
+    // uncaught exception of the application (as in Node), never a failure of the worker's channel.
+    const sink = (fd: StreamFd, controls: OutputControls): OutputSink => {
+      const readable = new OutputReadable(controls);
+      outputs[fd] = readable;
+      return {
+        push: (chunk) => queueMicrotask(() => readable.deliver(chunk)),
+        end: () => queueMicrotask(() => readable.finish()),
+        error: () => queueMicrotask(() => readable.finish()),
+      };
+    };
+    this.#execution = new Execution(scheduler, request, { output: sink });
+    const execution = this.#execution;
+    if (request.stdin === "piped") this.stdin = this.#stdinWritable(execution);
+    this.stdout = outputs[1] ?? null;
+    this.stderr = outputs[2] ?? null;
+    const stdio: Array<Readable | Writable | null> = [this.stdin, this.stdout, this.stderr];
+    for (let i = 0; i < spec.extraStdio; i++) stdio.push(null);
+    this.stdio = stdio as ChildProcess["stdio"];
+    for (const stream of [this.stdout, this.stderr]) {
+      if (stream === null) continue;
+      this.#closesNeeded++;
+      stream.on("close", () => this.#maybeClose());
+    }
+    execution.spawned.then((pid) => this.#onSpawn(pid), () => {});
+    execution.completed.then((done) => this.#onExit(done), (error) => this.#onFail(error));
+    const signal = spec.signal;
+    if (signal !== undefined) {
+      this.#signal = signal;
+      if (signal.aborted) this.#abortPending = signal;
+      else signal.addEventListener("abort", this.#onAbort, { once: true });
+    }
+  }
+
+  /**
+   * Sends a signal to the command.
+   *
+   * @param signal Signal name or number. @default {"SIGTERM"}
+   * @returns True if the signal was sent (or queued until the command starts); false once it exited.
+   * @throws {TypeError} For an unknown signal (`ERR_UNKNOWN_SIGNAL`).
+   */
+  kill(signal?: NodeJS.Signals | number): boolean {
+    const name = signal === 0 ? "0" : killSignalOf(signal ?? "SIGTERM", "signal")!;
+    if (this.#settled) return false;
+    if (name !== "0") this.#execution.kill(name);
+    this.killed = true;
+    return true;
+  }
+
+  /** Lets the command keep the host alive (the default). */
+  ref(): void {
+    this.#execution.ref();
+  }
+
+  /** Lets the host exit while the command runs. */
+  unref(): void {
+    this.#execution.unref();
+  }
+
+  /** Kills the command unless it was already killed, as Node's `ChildProcess[Symbol.dispose]`. */
+  [Symbol.dispose](): void {
+    if (!this.killed) this.kill();
+  }
+
+  #onSpawn(pid: number): void {
+    this.#spawned = true;
+    this.pid = pid;
+    this.emit("spawn");
+    const aborted = this.#abortPending;
+    this.#abortPending = undefined;
+    if (aborted !== undefined) this.#abort(aborted);
+  }
+
+  #abort(signal: AbortSignal): void {
+    if (this.kill(this.#killSignal as NodeJS.Signals)) {
+      this.emit("error", new AbortError(undefined, { cause: signal.reason }));
+    }
+  }
+
+  #onExit(done: Completion): void {
+    this.#settle();
+    const { code, signal, reason } = done.info;
+    this.exitCode = signal === null ? code : null;
+    this.signalCode = signal as NodeJS.Signals | null;
+    if (reason === "timeout") this.killed = true;
+    // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
+    this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
+    this.emit("exit", this.exitCode, this.signalCode);
+    process.nextTick(() => this.#flushStdio());
+    this.#maybeClose();
+  }
+
+  #onFail(error: unknown): void {
+    this.#settle();
+    let reported = error;
+    if (error instanceof SpawnError) {
+      const errno = error.errno ?? errnoOf(error.code);
+      reported = Object.assign(new Error(`spawn ${this.spawnfile} ${error.code}`), {
+        errno,
+        code: error.code,
+        syscall: `spawn ${this.spawnfile}`,
+        path: this.spawnfile,
+        spawnargs: this.spawnargs.slice(1),
+        cause: error,
+      });
+      if (errno !== undefined) this.exitCode = errno;
+    }
+    // Nothing ran (or its worker is gone): the streams close without waiting for a reader.
+    this.#closesNeeded = 1;
+    this.stdin?.destroy();
+    this.stdout?.destroy();
+    this.stderr?.destroy();
+    this.emit("error", reported);
+    this.#maybeClose();
+  }
+
+  #settle(): void {
+    this.#settled = true;
+    this.#abortPending = undefined;
+    this.#signal?.removeEventListener("abort", this.#onAbort);
+  }
+
+  /** After exit, lets output nobody is reading drain, so `'close'` can follow (as Node does). */
+  #flushStdio(): void {
+    for (const stream of [this.stdout, this.stderr]) {
+      if (stream === null || !stream.readable || stream.readableFlowing !== null) continue;
+      if (stream.listenerCount("readable") > 0) continue;
+      stream.resume();
+    }
+  }
+
+  #maybeClose(): void {
+    this.#closesGot++;
+    if (this.#closesGot === this.#closesNeeded) this.emit("close", this.exitCode, this.signalCode);
+  }
+
+  #stdinWritable(execution: Execution): Writable {
+    const send = (bytes: Uint8Array, callback: (error?: Error | null) => void): void => {
+      this.#stdinPending++;
+      execution.write(bytes).then((ok) => {
+        this.#stdinPending--;
+        callback(ok ? null : epipe());
+      }, callback);
+    };
+    return new Writable({
+      write(chunk: Buffer, _encoding, callback) {
+        send(chunk, callback);
+      },
+      writev(chunks, callback) {
+        send(Buffer.concat(chunks.map((entry) => entry.chunk as Buffer)), callback);
+      },
+      final(callback) {
+        execution.endStdin();
+        callback();
+      },
+      destroy(error, callback) {
+        execution.endStdin();
+        callback(error);
+      },
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// spawn, execFile, exec
+
+type ExecCallback = (error: ExecError | null, stdout: string | Buffer, stderr: string | Buffer) => void;
+
+/** The error `execFile` and `exec` report for a command that failed, as Node's. */
+export type ExecError = Error & {
+  code?: number | string | null;
+  killed?: boolean;
+  signal?: NodeJS.Signals | null;
+  cmd?: string;
+  stdout?: string | Buffer;
+  stderr?: string | Buffer;
+};
+
+/** The functions of `node:child_process` bound to one scheduler. */
+export interface ChildProcessApi {
+  /** `child_process.spawn`. */
+  spawn: typeof native.spawn;
+  /** `child_process.execFile`. */
+  execFile: typeof native.execFile;
+  /** `child_process.exec`. */
+  exec: typeof native.exec;
+}
+
+const promisifyCustom = Symbol.for("nodejs.util.promisify.custom");
+
+function withPromisified<F extends (...args: never[]) => unknown>(fn: F): F {
+  const promisified = (...args: unknown[]) => {
+    let resolve!: (value: { stdout: string | Buffer; stderr: string | Buffer }) => void;
+    let reject!: (error: unknown) => void;
+    const promise = new Promise<{ stdout: string | Buffer; stderr: string | Buffer }>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    }) as Promise<{ stdout: string | Buffer; stderr: string | Buffer }> & { child: unknown };
+    promise.child = (fn as unknown as (...args: unknown[]) => unknown)(
+      ...args,
+      (error: ExecError | null, stdout: string | Buffer, stderr: string | Buffer) => {
+        if (error !== null) {
+          error.stdout = stdout;
+          error.stderr = stderr;
+          reject(error);
+        } else {
+          resolve({ stdout, stderr });
+        }
+      },
+    );
+    return promise;
+  };
+  Object.defineProperty(fn, promisifyCustom, { enumerable: false, value: promisified });
+  return fn;
+}
+
+const MAX_BUFFER = 1024 * 1024;
+
+/** Creates `spawn`, `execFile` and `exec` that run commands through `scheduler()`. */
+export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
+  function spawnPooled(file: unknown, args?: unknown, options?: unknown): ChildProcess | native.ChildProcess {
+    const spec = normalizeSpawn(file, args, options);
+    if (typeof spec === "string") {
+      warnNative(spec);
+      return native.spawn(file as string, args as string[], options as native.SpawnOptions);
+    }
+    return new ChildProcess(scheduler(), spec);
+  }
+
+  function execFilePooled(file: unknown, argsIn?: unknown, optionsIn?: unknown, callbackIn?: unknown) {
+    let args: unknown = argsIn;
+    let options: unknown = optionsIn;
+    let callback: unknown = callbackIn;
+    if (Array.isArray(args)) args = args.slice();
+    else if (args !== null && typeof args === "object") {
+      callback = options;
+      options = args;
+      args = null;
+    } else if (typeof args === "function") {
+      callback = args;
+      options = null;
+      args = null;
+    }
+    if (args === null || args === undefined) args = [];
+    if (typeof options === "function") callback = options;
+    else if (options !== null && options !== undefined && (typeof options !== "object" || Array.isArray(options))) {
+      throw invalidArgType("options", "of type object", options);
+    }
+    if (options === null || options === undefined || typeof options === "function") options = {};
+    if (callback !== null && callback !== undefined && typeof callback !== "function") {
+      throw invalidArgType("callback", "of type function", callback);
+    }
+    const o: Record<string, unknown> = {
+      encoding: "utf8",
+      timeout: 0,
+      maxBuffer: MAX_BUFFER,
+      killSignal: "SIGTERM",
+      cwd: null,
+      env: null,
+      shell: false,
+      ...(options as Record<string, unknown>),
+    };
+    if (o.argv0 !== undefined && o.argv0 !== null) {
+      if (typeof o.argv0 !== "string") throw invalidArgType("options.argv0", "of type string", o.argv0);
+      noNulBytes(o.argv0, "options.argv0");
+    }
+    const timeout = validateTimeout(o.timeout);
+    const maxBuffer = o.maxBuffer as number;
+    if (o.maxBuffer !== null && o.maxBuffer !== undefined && !(typeof maxBuffer === "number" && maxBuffer >= 0)) {
+      throw outOfRange("options.maxBuffer", "a positive number", o.maxBuffer);
+    }
+    const killSignal = killSignalOf(o.killSignal, "options.killSignal");
+    const child = spawnPooled(file, args, {
+      cwd: o.cwd,
+      env: o.env,
+      gid: o.gid,
+      uid: o.uid,
+      shell: o.shell,
+      signal: o.signal,
+      timeout,
+      killSignal,
+      windowsHide: !!o.windowsHide,
+      windowsVerbatimArguments: !!o.windowsVerbatimArguments,
+    }) as ChildProcess;
+    const done = callback as ExecCallback | undefined;
+    const encoding = o.encoding !== "buffer" && typeof o.encoding === "string" && Buffer.isEncoding(o.encoding)
+      ? o.encoding
+      : null;
+    const collected: [undefined, Array<string | Buffer>, Array<string | Buffer>] = [undefined, [], []];
+    const lengths = [0, 0, 0];
+    let error: ExecError | null = null;
+    let killedHere = false;
+    let exited = false;
+
+    const merge = (fd: 1 | 2): string | Buffer => {
+      const stream = fd === 1 ? child.stdout : child.stderr;
+      if (encoding || stream?.readableEncoding) return (collected[fd] as string[]).join("");
+      return Buffer.concat(collected[fd] as Buffer[]);
+    };
+    const onExit = (code?: number | null, signal?: NodeJS.Signals | null): void => {
+      if (exited) return;
+      exited = true;
+      if (!done) return;
+      const stdout = merge(1);
+      const stderr = merge(2);
+      if (!error && code === 0 && signal === null) {
+        done(null, stdout, stderr);
+        return;
+      }
+      let cmd = file as string;
+      if ((args as string[]).length > 0) cmd += ` ${(args as string[]).join(" ")}`;
+      if (!error) {
+        error = Object.assign(new Error(`Command failed: ${cmd}\n${stderr}`), {
+          code: code !== undefined && code !== null && code < 0 ? systemErrorName(code) : code,
+          killed: child.killed || killedHere,
+          signal: signal,
+        });
+      }
+      error.cmd = cmd;
+      done(error, stdout, stderr);
+    };
+    const kill = (): void => {
+      child.stdout?.destroy();
+      child.stderr?.destroy();
+      killedHere = true;
+      try {
+        child.kill((killSignal ?? "SIGTERM") as NodeJS.Signals);
+      } catch (e) {
+        error = e as ExecError;
+        onExit();
+      }
+    };
+    for (const fd of [1, 2] as const) {
+      const stream = fd === 1 ? child.stdout : child.stderr;
+      if (stream === null) continue;
+      if (encoding) stream.setEncoding(encoding);
+      stream.on("data", (chunk: string | Buffer) => {
+        if (maxBuffer === Infinity) {
+          collected[fd].push(chunk);
+          return;
+        }
+        const streamEncoding = stream.readableEncoding;
+        const length = streamEncoding ? Buffer.byteLength(chunk as string, streamEncoding) : chunk.length;
+        lengths[fd] += length;
+        if (lengths[fd] > maxBuffer) {
+          const keep = maxBuffer - (lengths[fd] - length);
+          collected[fd].push(chunk.slice(0, keep));
+          error = nodeError(
+            RangeError,
+            "ERR_CHILD_PROCESS_STDIO_MAXBUFFER",
+            `${fd === 1 ? "stdout" : "stderr"} maxBuffer length exceeded`,
+          );
+          kill();
+        } else {
+          collected[fd].push(chunk);
+        }
+      });
+    }
+    child.addListener("close", onExit);
+    child.addListener("error", (e: ExecError) => {
+      error = e;
+      child.stdout?.destroy();
+      child.stderr?.destroy();
+      onExit();
+    });
+    return child;
+  }
+
+  function execPooled(command: unknown, options?: unknown, callback?: unknown) {
+    if (typeof command !== "string") throw invalidArgType("command", "of type string", command);
+    noNulBytes(command, "command");
+    if (typeof options === "function") {
+      callback = options;
+      options = undefined;
+    }
+    const o = { ...(options as Record<string, unknown> | undefined) };
+    o.shell = typeof o.shell === "string" ? o.shell : true;
+    return execFilePooled(command, o, callback);
+  }
+
+  return {
+    spawn: spawnPooled as unknown as typeof native.spawn,
+    execFile: withPromisified(execFilePooled) as unknown as typeof native.execFile,
+    exec: withPromisified(execPooled) as unknown as typeof native.exec,
+  };
+}
+
+function systemErrorName(errno: number): string {
+  for (const [name, value] of Object.entries(osConstants.errno as Record<string, number>)) {
+    if (-value === errno) return name;
+  }
+  return `Unknown system error ${errno}`;
+}

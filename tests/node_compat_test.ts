@@ -1,0 +1,674 @@
+/**
+ * The differential suite of the `./node` drop-in: every scenario runs once through the runtime's own
+ * `node:child_process` and once through `spawnpool/node`, and what a program can observe (events and
+ * their order, exit codes and signals, output bytes, error fields, thrown errors) must be equal.
+ * Runs under `node --test`, `bun test` and `deno test`.
+ *
+ * Where the runtime's own `node:child_process` departs from Node's (Bun and Deno in a few places), the
+ * scenario names the fields it does not compare on that runtime and why; the pooled side is then held to
+ * Node's behaviour by `expectPooled`.
+ */
+
+import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
+import * as native from "node:child_process";
+import { createHash } from "node:crypto";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { Writable } from "node:stream";
+import { describe, it } from "node:test";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { promisify } from "node:util";
+import * as pooled from "../node.ts";
+
+type Runtime = "deno" | "bun" | "node";
+const HOST: Runtime = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+type CP = Pick<typeof native, "spawn" | "execFile" | "exec">;
+const MODULES: Array<[string, CP]> = [["native", native], ["pooled", pooled]];
+
+const scratch = realpathSync(mkdtempSync(join(tmpdir(), "spawnpool-compat-")));
+/** A deterministic file of every byte value, 163 KB (the write-up's cat payload size). */
+const PATTERN = join(scratch, "pattern.bin");
+const patternBytes = Buffer.alloc(163 * 1024, 0).map((_, i) => (i * 31 + (i >> 8)) & 0xff);
+writeFileSync(PATTERN, patternBytes);
+const BIG = join(scratch, "big.bin");
+writeFileSync(BIG, Buffer.concat(Array.from({ length: 32 }, () => patternBytes))); // 5.2 MB
+const NOT_EXECUTABLE = join(scratch, "not-executable.sh");
+writeFileSync(NOT_EXECUTABLE, "#!/bin/sh\necho never\n");
+chmodSync(NOT_EXECUTABLE, 0o644);
+const A_DIRECTORY = join(scratch, "a-directory");
+mkdirSync(A_DIRECTORY);
+
+function digest(chunks: Buffer[]): string {
+  const all = Buffer.concat(chunks);
+  const preview = all.subarray(0, 48).toString("latin1");
+  return `${all.length}:${createHash("sha256").update(all).digest("hex").slice(0, 16)}:${JSON.stringify(preview)}`;
+}
+
+/** The fields of an error a program can rely on. */
+function describeError(error: unknown): Record<string, unknown> {
+  const e = error as Record<string, unknown> & Error;
+  const out: Record<string, unknown> = { name: e.name, code: e.code };
+  for (const key of ["errno", "syscall", "path", "spawnargs", "killed", "signal", "cmd"]) {
+    if (key in e) out[key] = e[key];
+  }
+  if (e.name === "AbortError") out.cause = String((e as { cause?: unknown }).cause);
+  return out;
+}
+
+/** Calls `fn` and describes what it threw; fails if it did not throw. */
+function thrown(fn: () => unknown): Record<string, unknown> {
+  try {
+    fn();
+  } catch (error) {
+    return { threw: (error as Error).name, code: (error as { code?: unknown }).code };
+  }
+  return { threw: false };
+}
+
+interface SpawnCase {
+  file: string;
+  args?: unknown[];
+  options?: Record<string, unknown> | (() => Record<string, unknown>);
+  /** Written to stdin, then stdin ends; "keep" leaves stdin open; undefined ends it at once if piped. */
+  input?: Buffer | string | string[] | "keep";
+  /** Runs right after spawn(). */
+  act?: (child: native.ChildProcess, log: string[]) => unknown;
+  /** Reads stdout through this instead of 'data' listeners. */
+  read?: "none" | "pipe-slow" | "for-await" | "readable" | "utf8";
+}
+
+const withTimeout = <T>(promise: Promise<T>, what: string, ms = 20_000): Promise<T> => {
+  let timer: ReturnType<typeof setTimeout>;
+  return Promise.race([
+    promise,
+    new Promise<T>((_, reject) => timer = setTimeout(() => reject(new Error(`${what}: no 'close' in ${ms} ms`)), ms)),
+  ]).finally(() => clearTimeout(timer));
+};
+
+/** Spawns through `cp` and records everything a program could observe, until 'close'. */
+async function observe(cp: CP, c: SpawnCase): Promise<Record<string, unknown>> {
+  const log: string[] = [];
+  const options = typeof c.options === "function" ? c.options() : c.options;
+  const child = c.args === undefined
+    ? (cp.spawn as (f: string, o?: unknown) => native.ChildProcess)(c.file, options)
+    : (cp.spawn as (f: string, a: unknown, o?: unknown) => native.ChildProcess)(c.file, c.args, options);
+  const out: Record<string, Buffer[]> = { stdout: [], stderr: [] };
+  let spawned = false;
+  let dataBeforeSpawn = false;
+  child.on("spawn", () => {
+    spawned = true;
+    log.push(`spawn pid:${typeof child.pid}`);
+  });
+  child.on("exit", (code, signal) => log.push(`exit ${code} ${signal}`));
+  child.on("error", (error) => log.push(`error ${JSON.stringify(describeError(error))}`));
+  const streamDone: Promise<void>[] = [];
+  for (const name of ["stdout", "stderr"] as const) {
+    const stream = child[name];
+    if (stream === null) continue;
+    const collect = (chunk: Buffer | string) => {
+      if (!spawned) dataBeforeSpawn = true;
+      out[name].push(Buffer.from(chunk));
+    };
+    if (name === "stdout" && c.read === "none") continue;
+    if (name === "stdout" && c.read === "pipe-slow") {
+      const sink = new Writable({
+        highWaterMark: 1024,
+        write(chunk, _encoding, callback) {
+          collect(chunk);
+          setTimeout(callback, 1);
+        },
+      });
+      stream.pipe(sink);
+      streamDone.push(new Promise((resolve) => sink.on("finish", () => resolve())));
+    } else if (name === "stdout" && c.read === "for-await") {
+      streamDone.push((async () => {
+        for await (const chunk of stream) collect(chunk);
+      })());
+    } else if (name === "stdout" && c.read === "readable") {
+      stream.on("readable", () => {
+        let chunk;
+        while ((chunk = stream.read()) !== null) collect(chunk);
+      });
+    } else {
+      if (name === "stdout" && c.read === "utf8") stream.setEncoding("utf8");
+      stream.on("data", collect);
+    }
+  }
+  if (child.stdin !== null) {
+    child.stdin.on("error", (error) => log.push(`stdin error ${(error as { code?: string }).code}`));
+    if (Array.isArray(c.input)) {
+      for (const piece of c.input) child.stdin.write(piece);
+      child.stdin.end();
+    } else if (c.input !== "keep") child.stdin.end(c.input);
+  }
+  // Listen for 'close' before anything awaits: Bun's native module emits it from a microtask on failure.
+  const closed = new Promise<[unknown, unknown]>((resolve) =>
+    child.on("close", (code, signal) => resolve([code, signal]))
+  );
+  await c.act?.(child, log);
+  const [code, signal] = await withTimeout(closed, `${c.file} ${JSON.stringify(c.args)}`);
+  log.push(`close ${code} ${signal}`);
+  await Promise.all(streamDone);
+  return {
+    log,
+    stdout: digest(out.stdout),
+    stderr: digest(out.stderr),
+    dataBeforeSpawn,
+    exitCode: child.exitCode,
+    signalCode: child.signalCode,
+    killed: child.killed,
+    connected: child.connected,
+    stdio: child.stdio.slice(0, 4).map((s) => s === null ? null : "stream"),
+    stdioIsStreams: child.stdio[0] === child.stdin && child.stdio[1] === child.stdout,
+    spawnfile: child.spawnfile,
+    spawnargs: child.spawnargs,
+  };
+}
+
+type ExecResult = Record<string, unknown>;
+
+function describeResult(error: unknown, stdout: unknown, stderr: unknown): ExecResult {
+  const show = (v: unknown) => Buffer.isBuffer(v) ? `Buffer ${digest([v])}` : typeof v === "string" ? v : typeof v;
+  return { error: error === null ? null : describeError(error), stdout: show(stdout), stderr: show(stderr) };
+}
+
+/** Runs `call(cp, callback)` and records the callback's arguments. */
+function viaCallback(call: (cp: CP, callback: (e: unknown, o: unknown, r: unknown) => void) => unknown) {
+  return (cp: CP) =>
+    withTimeout(
+      new Promise<ExecResult>((resolve) => call(cp, (e, o, r) => resolve(describeResult(e, o, r)))),
+      "callback",
+    );
+}
+
+/** Runs a promisified call and records its result or rejection. */
+function viaPromise(call: (cp: CP) => Promise<{ stdout: unknown; stderr: unknown }>) {
+  return async (cp: CP) => {
+    try {
+      const { stdout, stderr } = await call(cp);
+      return describeResult(null, stdout, stderr);
+    } catch (error) {
+      const e = error as { stdout?: unknown; stderr?: unknown };
+      return describeResult(error, e.stdout, e.stderr);
+    }
+  };
+}
+
+interface Scenario {
+  name: string;
+  run: (cp: CP) => Promise<unknown> | unknown;
+  /** Fields the runtime's own node:child_process gets wrong there, with the reason; not compared. */
+  nativeDiffers?: Partial<Record<Runtime, { fields: string[]; why: string }>>;
+  /** The pool hands this call to the runtime's own node:child_process (it needs what a pool cannot give). */
+  runsNatively?: boolean;
+  /** Fields where the pool departs from Node on purpose, with the reason; not compared on any runtime. */
+  poolDiffers?: { fields: string[]; why: string };
+  /** Extra checks of the pooled result (Node's behaviour where a runtime's native differs). */
+  expectPooled?: (result: Record<string, unknown>) => void;
+}
+
+const spawnCase = (name: string, c: SpawnCase, extra: Partial<Scenario> = {}): Scenario => ({
+  name,
+  run: (cp) => observe(cp, c),
+  ...extra,
+});
+
+const sh = (script: string, options?: Record<string, unknown>, more: Partial<SpawnCase> = {}): SpawnCase => ({
+  file: "sh",
+  args: ["-c", script],
+  options,
+  ...more,
+});
+
+const abortedController = new AbortController();
+abortedController.abort(new Error("already aborted"));
+
+const scenarios: Scenario[] = [
+  // --- spawn: output, exit, arguments
+  spawnCase("echo through default pipes", { file: "echo", args: ["hi"] }),
+  spawnCase("exit code and both streams", sh("echo out; echo err >&2; exit 3")),
+  spawnCase("exit code 255", sh("exit 255")),
+  spawnCase("no output at all", { file: "true" }),
+  spawnCase("args omitted", { file: "pwd" }),
+  spawnCase("options in place of args", { file: "pwd", args: { cwd: scratch } as unknown as unknown[] }),
+  spawnCase("args passed exactly (spaces, quotes, unicode, empty)", {
+    file: "printf",
+    args: ["[%s]\\n", "a b", "", "'q'", '"d"', "ünï😀", "$HOME", "new\nline"],
+  }),
+  spawnCase("non-string args are stringified", { file: "echo", args: [1, true, 2.5] }),
+  spawnCase("3,000 arguments", { file: "sh", args: ["-c", 'echo "$#:$1:${3000}"', "sh", ...range(3000)] }),
+  spawnCase("binary output: 163 KB of every byte value", { file: "cat", args: [PATTERN] }),
+  spawnCase("huge output: 5.2 MB", { file: "cat", args: [BIG] }),
+  spawnCase("huge stderr: 5.2 MB", sh(`cat '${BIG}' >&2`)),
+  spawnCase("both streams 5.2 MB at once", sh(`cat '${BIG}' & cat '${BIG}' >&2; wait`)),
+  spawnCase("exit by a signal it sends itself", sh("kill -TERM $$")),
+  spawnCase("exit by SIGKILL it sends itself", sh("kill -KILL $$")),
+  // --- stdin
+  spawnCase("stdin piped to cat", { file: "cat", input: "bytes in\n" }),
+  spawnCase("stdin: 5.2 MB through cat", { file: "cat", input: readFileSync(BIG) }),
+  spawnCase("stdin: many small writes", { file: "cat", input: range(500).map((i) => `line ${i}\n`) }),
+  spawnCase("stdin ended empty", { file: "cat", input: "" }),
+  spawnCase("stdin kept open while the child exits", { ...sh("echo done"), input: "keep" }),
+  spawnCase("stdin closed early by the child (EPIPE)", { file: "head", args: ["-c", "10"], input: readFileSync(BIG) }, {
+    nativeDiffers: { deno: { fields: ["log"], why: "Deno's stdin emits no EPIPE error when the child goes away" } },
+    expectPooled: (r) => assert.ok((r.log as string[]).includes("stdin error EPIPE")),
+  }),
+  // --- stdio
+  spawnCase("stdio 'ignore'", { file: "echo", args: ["x"], options: { stdio: "ignore" } }),
+  spawnCase("stdio 'pipe'", { file: "echo", args: ["x"], options: { stdio: "pipe" } }),
+  spawnCase("stdio 'overlapped'", { file: "echo", args: ["x"], options: { stdio: "overlapped" } }),
+  spawnCase("stdio ['pipe', 'ignore', 'pipe']", sh("echo out; echo err >&2", { stdio: ["pipe", "ignore", "pipe"] })),
+  spawnCase("stdio [null, undefined] defaults to pipes", sh("echo out; echo err >&2", { stdio: [null, undefined] }), {
+    nativeDiffers: { deno: { fields: ["stdio"], why: "Deno leaves stdio[2] null for a short stdio array" } },
+    expectPooled: (r) => assert.deepEqual(r.stdio, ["stream", "stream", "stream"]),
+  }),
+  spawnCase(
+    "stdio ['ignore', 'pipe', 'pipe', 'ignore']",
+    sh("echo x", { stdio: ["ignore", "pipe", "pipe", "ignore"] }),
+    {
+      nativeDiffers: { deno: { fields: ["stdio"], why: "Deno drops the fourth slot from child.stdio" } },
+      expectPooled: (r) => assert.deepEqual(r.stdio, [null, "stream", "stream", null]),
+    },
+  ),
+  spawnCase("stdio fd 3 'pipe' runs natively", sh("echo x", { stdio: ["pipe", "pipe", "pipe", "pipe"] }), {
+    runsNatively: true,
+  }),
+  ...["inherit", ["ignore", "inherit", "pipe"], [0, 1, 2], ["ignore", 1, "ignore"]].map((stdio): Scenario => ({
+    name: `stdio ${JSON.stringify(stdio)} (in a child process)`,
+    run: (cp) => {
+      const which = cp === pooled ? "pooled" : "native";
+      const script = fileURLToPath(new URL("./fixtures/cp_stdio.ts", import.meta.url).href);
+      const argv = HOST === "deno" ? ["run", "-A", "--quiet", script] : [script];
+      const result = native.spawnSync(process.execPath, [...argv, which, JSON.stringify(stdio)], {
+        encoding: "utf8",
+        env: { ...process.env, NODE_NO_WARNINGS: "1" },
+      });
+      return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+    },
+  })),
+  // --- reading styles and flow control
+  spawnCase("stdout piped into a slow writable (backpressure)", { file: "cat", args: [BIG], read: "pipe-slow" }),
+  spawnCase("stdout read with for await", { file: "cat", args: [PATTERN], read: "for-await" }),
+  spawnCase("stdout read on 'readable'", { file: "cat", args: [PATTERN], read: "readable" }),
+  spawnCase("stdout setEncoding('utf8') across multi-byte characters", {
+    ...sh("printf 'ünï😀%.0s' $(seq 1 20000)"),
+    read: "utf8",
+  }),
+  spawnCase("stdout never read: 'close' still comes", { file: "echo", args: ["unread"], read: "none" }),
+  spawnCase("stdout destroyed early, then killed", {
+    file: "yes",
+    read: "none",
+    act: (child) => {
+      child.stdout!.destroy();
+      setTimeout(() => child.kill(), 50);
+    },
+  }),
+  spawnCase("grandchild keeps stdout open after the command exits", sh("(sleep 1; echo late) & echo early"), {
+    poolDiffers: {
+      fields: ["stdout"],
+      why: "by design the pool ends the streams 200 ms after exit once they fall quiet, where Node waits " +
+        "for the grandchild (forever, if it never closes them)",
+    },
+    expectPooled: (r) => assert.equal(r.stdout, digest([Buffer.from("early\n")])),
+  }),
+  // --- cwd, env, shell, argv0, ids
+  spawnCase("cwd as a string", { file: "pwd", args: [], options: { cwd: scratch } }),
+  spawnCase("cwd as a file URL", { file: "pwd", args: [], options: { cwd: pathToFileURL(scratch) } }),
+  spawnCase("cwd that does not exist", { file: "pwd", args: [], options: { cwd: join(scratch, "missing") } }, {
+    nativeDiffers: {
+      bun: { fields: ["log", "exitCode"], why: "Bun's message differs and it leaves exitCode null" },
+      deno: { fields: ["log", "exitCode"], why: "Deno reports a missing cwd without errno" },
+    },
+    expectPooled: (r) => assert.match(String((r.log as string[])[0]), /"code":"ENOENT"/),
+  }),
+  spawnCase("follows process.chdir()", { file: "pwd" }),
+  spawnCase("env replaces the environment", sh("env | sort", { env: { ONLY_THIS: "yes", OTHER: "ü 😀" } })),
+  spawnCase("env values are stringified", sh('echo "$NUM $BOOL"', { env: { NUM: 42, BOOL: false } })),
+  spawnCase("env follows process.env changes", sh('echo "$SPAWNPOOL_COMPAT_VAR"')),
+  spawnCase("shell: true joins command and args", {
+    file: "echo",
+    args: ["$((1+2))", "|", "tr", "3", "x"],
+    options: { shell: true },
+  }, {
+    nativeDiffers: { deno: { fields: ["spawnargs", "stdout"], why: "Deno quotes each argument for the shell" } },
+    expectPooled: (r) => assert.equal(r.stdout, digest([Buffer.from("x\n")])),
+  }),
+  spawnCase("shell as a path", { file: "echo $0", args: [], options: { shell: "/bin/bash" } }),
+  spawnCase("argv0", sh("echo $0", { argv0: "custom-argv0" }), {
+    nativeDiffers: {
+      deno: { fields: ["stdout", "log", "exitCode", "spawnargs"], why: "Deno has no argv0 (Deno.Command)" },
+    },
+    expectPooled: (r) => {
+      if (HOST === "deno") assert.match(String((r.log as string[])[0]), /"code":"ENOTSUP"/);
+    },
+  }),
+  spawnCase("uid and gid", { file: "id", args: ["-u"], options: { uid: 65534, gid: 65534 } }),
+  spawnCase("detached", { file: "echo", args: ["d"], options: { detached: true } }),
+  spawnCase("windowsHide and windowsVerbatimArguments are accepted", {
+    file: "echo",
+    args: ["w"],
+    options: { windowsHide: true, windowsVerbatimArguments: true },
+  }),
+  // --- spawn failures
+  spawnCase("missing command: 'error' then 'close'", { file: "no-such-command-xyz", args: ["a"] }, {
+    nativeDiffers: {
+      bun: {
+        fields: ["log", "exitCode"],
+        why: "Bun's message differs, its 'close' passes signal undefined and it leaves exitCode null",
+      },
+      deno: { fields: ["log", "exitCode"], why: "Deno's 'close' passes (null, null) and exitCode stays null" },
+    },
+    expectPooled: (r) => {
+      assert.deepEqual((r.log as string[]).slice(-1), ["close -2 null"]);
+      assert.equal(r.exitCode, -2);
+    },
+  }),
+  spawnCase("not executable: EACCES", { file: NOT_EXECUTABLE, args: [] }, {
+    nativeDiffers: {
+      bun: { fields: ["log", "exitCode"], why: "Bun's 'close' passes signal undefined and exitCode stays null" },
+      deno: { fields: ["log", "exitCode"], why: "Deno's 'close' passes (null, null)" },
+    },
+    expectPooled: (r) => assert.match(String((r.log as string[])[0]), /"code":"EACCES"/),
+  }),
+  spawnCase("a directory: EACCES", { file: A_DIRECTORY, args: [] }, {
+    nativeDiffers: {
+      bun: { fields: ["log", "exitCode"], why: "Bun's 'close' passes signal undefined and exitCode stays null" },
+      deno: { fields: ["log", "exitCode"], why: "Deno's 'close' passes (null, null)" },
+    },
+    expectPooled: (r) => assert.match(String((r.log as string[])[0]), /"code":"EACCES"/),
+  }),
+  // --- kill, timeout, abort
+  spawnCase("kill() sends SIGTERM", {
+    file: "sleep",
+    args: ["5"],
+    act: (child, log) => child.on("spawn", () => log.push(`kill ${child.kill()}`)),
+  }),
+  spawnCase("kill('SIGKILL')", {
+    file: "sleep",
+    args: ["5"],
+    act: (child, log) => child.on("spawn", () => log.push(`kill ${child.kill("SIGKILL")}`)),
+  }),
+  spawnCase("kill(9)", {
+    file: "sleep",
+    args: ["5"],
+    act: (child, log) => child.on("spawn", () => log.push(`kill ${child.kill(9)}`)),
+  }),
+  spawnCase("kill('SIGUSR1')", {
+    file: "sleep",
+    args: ["5"],
+    act: (child, log) => child.on("spawn", () => log.push(`kill ${child.kill("SIGUSR1")}`)),
+  }),
+  spawnCase("kill right after spawn()", {
+    file: "sleep",
+    args: ["5"],
+    act: (child, log) => void log.push(`kill ${child.kill()}`),
+  }),
+  spawnCase("kill after exit returns false", {
+    file: "true",
+    act: (child, log) => child.on("exit", () => log.push(`kill ${child.kill()}`)),
+  }),
+  spawnCase("kill with an unknown signal throws", {
+    file: "true",
+    act: (child, log) => void log.push(JSON.stringify(thrown(() => child.kill("SIGNOPE" as NodeJS.Signals)))),
+  }),
+  spawnCase("timeout kills with SIGTERM", { file: "sleep", args: ["5"], options: { timeout: 150 } }),
+  spawnCase("timeout with killSignal SIGKILL", {
+    file: "sleep",
+    args: ["5"],
+    options: { timeout: 150, killSignal: "SIGKILL" },
+  }),
+  spawnCase("timeout with a numeric killSignal", {
+    file: "sleep",
+    args: ["5"],
+    options: { timeout: 150, killSignal: 10 },
+  }),
+  spawnCase("timeout not reached", { file: "echo", args: ["quick"], options: { timeout: 5000 } }),
+  spawnCase("AbortSignal aborted while running", {
+    file: "sleep",
+    args: ["5"],
+    options: () => ({ signal: timeoutSignal(150) }),
+  }),
+  spawnCase("AbortSignal already aborted", {
+    file: "sleep",
+    args: ["5"],
+    options: { signal: abortedController.signal },
+  }),
+  spawnCase("AbortSignal with killSignal", {
+    file: "sleep",
+    args: ["5"],
+    options: () => ({ signal: timeoutSignal(150), killSignal: "SIGKILL" }),
+  }),
+  // --- execFile and exec, callback forms
+  { name: "execFile(file, callback)", run: viaCallback((cp, cb) => cp.execFile("pwd", cb)) },
+  { name: "execFile(file, args, callback)", run: viaCallback((cp, cb) => cp.execFile("echo", ["a", "b"], cb)) },
+  {
+    name: "execFile(file, options, callback)",
+    run: viaCallback((cp, cb) => cp.execFile("pwd", { cwd: scratch }, cb)),
+  },
+  {
+    name: "execFile(file, args, options, callback)",
+    run: viaCallback((cp, cb) => cp.execFile("sh", ["-c", "echo $X"], { env: { X: "x" } }, cb)),
+  },
+  {
+    name: "execFile without a callback still runs",
+    run: (cp) =>
+      observe({ ...cp, spawn: ((f: string, a: string[]) => cp.execFile(f, a)) as CP["spawn"] }, {
+        file: "echo",
+        args: ["x"],
+        read: "none",
+      }),
+  },
+  {
+    name: "execFile failure: code, cmd, stderr",
+    run: viaCallback((cp, cb) => cp.execFile("sh", ["-c", "echo o; echo e >&2; exit 7"], cb)),
+  },
+  {
+    name: "execFile of a missing command",
+    run: viaCallback((cp, cb) => cp.execFile("no-such-command-xyz", ["a"], cb)),
+  },
+  { name: "execFile killed by a signal", run: viaCallback((cp, cb) => cp.execFile("sh", ["-c", "kill -TERM $$"], cb)) },
+  { name: "execFile timeout", run: viaCallback((cp, cb) => cp.execFile("sleep", ["5"], { timeout: 150 }, cb)) },
+  {
+    name: "execFile maxBuffer exceeded on stdout",
+    run: viaCallback((cp, cb) => cp.execFile("cat", [BIG], { maxBuffer: 100_000, encoding: "buffer" }, cb)),
+  },
+  {
+    name: "execFile maxBuffer exceeded on stderr",
+    run: viaCallback((cp, cb) => cp.execFile("sh", ["-c", `cat '${BIG}' >&2`], { maxBuffer: 1000 }, cb)),
+  },
+  {
+    name: "execFile default maxBuffer (1 MiB) exceeded",
+    run: viaCallback((cp, cb) => cp.execFile("cat", [BIG], { encoding: "latin1" }, cb)),
+  },
+  {
+    name: "execFile maxBuffer Infinity",
+    run: viaCallback((cp, cb) => cp.execFile("cat", [BIG], { maxBuffer: Infinity, encoding: "buffer" }, cb)),
+  },
+  {
+    name: "execFile encoding 'buffer'",
+    run: viaCallback((cp, cb) => cp.execFile("cat", [PATTERN], { encoding: "buffer" }, cb)),
+  },
+  { name: "execFile encoding null", run: viaCallback((cp, cb) => cp.execFile("echo", ["x"], { encoding: null }, cb)) },
+  {
+    name: "execFile encoding 'hex'",
+    run: viaCallback((cp, cb) => cp.execFile("echo", ["x"], { encoding: "hex" }, cb)),
+  },
+  {
+    name: "execFile unknown encoding gives Buffers",
+    run: viaCallback((cp, cb) => cp.execFile("echo", ["x"], { encoding: "nope" as BufferEncoding }, cb)),
+  },
+  {
+    name: "execFile with an aborted signal",
+    run: viaCallback((cp, cb) => cp.execFile("sleep", ["5"], { signal: timeoutSignal(150) }, cb)),
+  },
+  {
+    name: "execFile with shell: true",
+    run: viaCallback((cp, cb) => cp.execFile("echo", ["$((6*7))"], { shell: true }, cb)),
+    nativeDiffers: { deno: { fields: ["stdout"], why: "Deno quotes each argument for the shell" } },
+    expectPooled: (r) => assert.equal(r.stdout, "42\n"),
+  },
+  { name: "exec(command, callback)", run: viaCallback((cp, cb) => cp.exec("echo hi | tr a-z A-Z", cb)) },
+  {
+    name: "exec with options",
+    run: viaCallback((cp, cb) => cp.exec("pwd; echo $Y", { cwd: scratch, env: { Y: "y" } }, cb)),
+  },
+  { name: "exec failure", run: viaCallback((cp, cb) => cp.exec("echo out; echo err >&2; exit 9", cb)) },
+  {
+    name: "exec of a missing command (shell says 127)",
+    run: viaCallback((cp, cb) => cp.exec("no-such-command-xyz", cb)),
+  },
+  {
+    name: "exec with a custom shell",
+    run: viaCallback((cp, cb) => cp.exec("echo ${BASH_VERSION:+bash}", { shell: "/bin/bash" }, cb)),
+  },
+  { name: "exec maxBuffer exceeded", run: viaCallback((cp, cb) => cp.exec(`cat '${BIG}'`, { maxBuffer: 5000 }, cb)) },
+  // --- util.promisify
+  {
+    name: "promisify(execFile) resolves { stdout, stderr }",
+    run: viaPromise((cp) => promisify(cp.execFile)("echo", ["p"])),
+  },
+  {
+    name: "promisify(execFile) rejects with stdout and stderr on the error",
+    run: viaPromise((cp) => promisify(cp.execFile)("sh", ["-c", "echo o; echo e >&2; exit 2"])),
+  },
+  { name: "promisify(exec) resolves", run: viaPromise((cp) => promisify(cp.exec)("echo promised")) },
+  { name: "promisify(exec) rejects", run: viaPromise((cp) => promisify(cp.exec)("exit 3")) },
+  {
+    name: "promisify(exec) with encoding 'buffer'",
+    run: viaPromise((cp) => promisify(cp.exec)("printf abc", { encoding: "buffer" })),
+  },
+  {
+    name: "the promise carries .child",
+    run: async (cp) => {
+      const promise = promisify(cp.execFile)("echo", ["c"]) as Promise<unknown> & { child: native.ChildProcess };
+      const child = promise.child;
+      await promise;
+      return { isEmitter: typeof child.on === "function", exitCode: child.exitCode, pid: typeof child.pid };
+    },
+  },
+  {
+    name: "20 concurrent execFile calls",
+    run: (cp) =>
+      Promise.all(
+        range(20).map((i) =>
+          new Promise((resolve) => cp.execFile("echo", [`n${i}`], (e, out) => resolve(`${e}:${out}`)))
+        ),
+      ),
+  },
+  // --- synchronous argument errors
+  ...([
+    ["spawn: file not a string", (cp: CP) => cp.spawn(42 as unknown as string)],
+    ["spawn: empty file", (cp: CP) => cp.spawn("")],
+    ["spawn: NUL in file", (cp: CP) => cp.spawn("ec\0ho")],
+    ["spawn: args a string", (cp: CP) => cp.spawn("echo", "x" as unknown as string[])],
+    ["spawn: NUL in an argument", (cp: CP) => cp.spawn("echo", ["a\0b"])],
+    ["spawn: options a string", (cp: CP) => cp.spawn("echo", [], "x" as unknown as native.SpawnOptions)],
+    ["spawn: cwd a number", (cp: CP) => cp.spawn("echo", [], { cwd: 5 as unknown as string })],
+    ["spawn: NUL in cwd", (cp: CP) => cp.spawn("echo", [], { cwd: "/tm\0p" })],
+    ["spawn: negative timeout", (cp: CP) => cp.spawn("echo", [], { timeout: -1 })],
+    ["spawn: fractional timeout", (cp: CP) => cp.spawn("echo", [], { timeout: 1.5 })],
+    ["spawn: unknown killSignal", (cp: CP) => cp.spawn("echo", [], { killSignal: "SIGNOPE" as NodeJS.Signals }), {
+      deno: { fields: ["threw", "code"], why: "Deno does not validate killSignal" },
+    }],
+    ["spawn: killSignal an object", (cp: CP) => cp.spawn("echo", [], { killSignal: {} as NodeJS.Signals }), {
+      deno: { fields: ["threw", "code"], why: "Deno does not validate killSignal" },
+    }],
+    ["spawn: shell a number", (cp: CP) => cp.spawn("echo", [], { shell: 5 as unknown as boolean })],
+    ["spawn: argv0 a number", (cp: CP) => cp.spawn("echo", [], { argv0: 5 as unknown as string })],
+    ["spawn: uid a string", (cp: CP) => cp.spawn("echo", [], { uid: "a" as unknown as number })],
+    ["spawn: detached a string", (cp: CP) => cp.spawn("echo", [], { detached: "yes" as unknown as boolean })],
+    ["spawn: signal not a signal", (cp: CP) => cp.spawn("echo", [], { signal: {} as AbortSignal })],
+    ["spawn: stdio an unknown word", (cp: CP) => cp.spawn("echo", [], { stdio: "weird" as "pipe" }), {
+      bun: { fields: ["code"], why: "Bun throws the older ERR_INVALID_OPT_VALUE" },
+      deno: { fields: ["threw", "code"], why: "Deno throws ERR_NOT_IMPLEMENTED" },
+    }],
+    ["spawn: NUL in an env value", (cp: CP) => cp.spawn("echo", [], { env: { A: "a\0b" } })],
+    [
+      "execFile: callback not a function",
+      (cp: CP) => (cp.execFile as (...a: unknown[]) => unknown)("echo", [], {}, "x"),
+    ],
+    ["execFile: negative maxBuffer", (cp: CP) => cp.execFile("echo", [], { maxBuffer: -1 })],
+    ["execFile: options a number", (cp: CP) => (cp.execFile as (...a: unknown[]) => unknown)("echo", [], 5)],
+    ["exec: command not a string", (cp: CP) => cp.exec(5 as unknown as string)],
+    ["exec: NUL in command", (cp: CP) => cp.exec("echo \0")],
+  ] as Array<[string, (cp: CP) => unknown, Scenario["nativeDiffers"]?]>).map((
+    [name, call, nativeDiffers],
+  ): Scenario => ({
+    name: `throws synchronously: ${name}`,
+    run: (cp) => thrown(() => call(cp)),
+    nativeDiffers,
+    expectPooled: (r) => assert.ok(r.threw === "TypeError" || r.threw === "RangeError"),
+  })),
+];
+
+function range(n: number): string[] {
+  return Array.from({ length: n }, (_, i) => String(i));
+}
+
+function timeoutSignal(ms: number): AbortSignal {
+  const controller = new AbortController();
+  setTimeout(() => controller.abort(new Error("stop")), ms);
+  return controller.signal;
+}
+
+// The two scenarios that depend on process state set it here, around both runs.
+const stateful: Record<string, { before: () => void; after: () => void }> = {
+  "follows process.chdir()": {
+    before: () => process.chdir(scratch),
+    after: () => process.chdir(fileURLToPath(new URL("..", import.meta.url).href)),
+  },
+  "env follows process.env changes": {
+    before: () => void (process.env.SPAWNPOOL_COMPAT_VAR = "set at runtime"),
+    after: () => void delete process.env.SPAWNPOOL_COMPAT_VAR,
+  },
+};
+
+/** Where a runtime's own node:child_process departs from Node in every scenario. */
+const EVERY_SCENARIO_DIFFERS: Partial<Record<Runtime, { fields: string[]; why: string }>> = {
+  deno: { fields: ["connected"], why: "Deno's ChildProcess has no 'connected' property" },
+};
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+function omit(value: unknown, fields: string[]): unknown {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
+  return Object.fromEntries(Object.entries(value).filter(([key]) => !fields.includes(key)));
+}
+
+describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
+  it(`has at least 60 scenarios (${scenarios.length})`, () => {
+    assert.ok(scenarios.length >= 60);
+    assert.equal(new Set(scenarios.map((s) => s.name)).size, scenarios.length, "scenario names are unique");
+  });
+
+  for (const scenario of scenarios) {
+    it(scenario.name, async () => {
+      const results: Record<string, unknown> = {};
+      for (const [which, cp] of MODULES) {
+        const state = stateful[scenario.name];
+        state?.before();
+        try {
+          results[which] = await scenario.run(cp);
+        } finally {
+          state?.after();
+        }
+      }
+      const differs = scenario.nativeDiffers?.[HOST];
+      const fields = [
+        ...differs?.fields ?? [],
+        ...scenario.poolDiffers?.fields ?? [],
+        ...EVERY_SCENARIO_DIFFERS[HOST]?.fields ?? [],
+      ];
+      if (isObject(results.pooled) && "connected" in results.pooled && !scenario.runsNatively) {
+        assert.equal(results.pooled.connected, false);
+      }
+      assert.deepEqual(omit(results.pooled, fields), omit(results.native, fields));
+      scenario.expectPooled?.(results.pooled as Record<string, unknown>);
+    });
+  }
+});
