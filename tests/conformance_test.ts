@@ -168,6 +168,20 @@ for (const runtime of WORKERS) {
       assert.deepEqual([ok.exitCode, ok.signalCode], [3, null]);
     });
 
+    it("cancelling stdout closes the pipe in the worker: the command gets SIGPIPE", async () => {
+      const child = pool.command("yes", { stdout: "piped" }).spawn();
+      const reader = child.stdout.getReader();
+      assert.equal((await reader.read()).done, false);
+      await reader.cancel();
+      // Without the release `yes` would run forever. How it notices depends on the pipe: SIGPIPE on a
+      // pipe, or ECONNRESET (exit 1) on the socketpairs node and bun use for stdio when bytes were unread.
+      const status = await Promise.race([
+        child.status,
+        new Promise<never>((_, reject) => setTimeout(() => reject(new Error("yes is still running")), 5000)),
+      ]);
+      assert.ok(status.signal === "SIGPIPE" || status.code === 1, JSON.stringify(status));
+    });
+
     it("kill(signal) on a running command, by name and number", async () => {
       const child = pool.command("sleep", { args: ["30"] }).spawn();
       const pid = await child.spawned;

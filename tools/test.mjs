@@ -6,7 +6,12 @@ import { bin, ensureInstalled, root } from "./setup.mjs";
 
 ensureInstalled();
 const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, NO_COLOR: "1" };
-const tests = ["tests/conformance_test.ts", "tests/handshake_test.ts", "tests/node_compat_test.ts"];
+const tests = [
+  "tests/conformance_test.ts",
+  "tests/handshake_test.ts",
+  "tests/node_compat_test.ts",
+  "tests/program_test.ts",
+];
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
   { name: "deno lint", cmd: "deno", args: ["lint"] },
