@@ -21,7 +21,9 @@ import { Writable } from "node:stream";
 import { describe, it } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { promisify } from "node:util";
+import { configureDefaultPool, Pool } from "../mod.ts";
 import * as pooled from "../node.ts";
+import { childProcessFor } from "../node.ts";
 
 type Runtime = "deno" | "bun" | "node";
 const HOST: Runtime = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
@@ -682,6 +684,69 @@ describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
       }
       assert.deepEqual(omit(results.pooled, fields), omit(results.native, fields));
       scenario.expectPooled?.(results.pooled as Record<string, unknown>);
+    });
+  }
+});
+
+/** Whether a process exists and is not a zombie. */
+function alive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+const spawned = (child: native.ChildProcess) =>
+  new Promise<number>((resolve, reject) => {
+    child.once("spawn", () => resolve(child.pid!));
+    child.once("error", reject);
+  });
+
+describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
+  it("detached commands outlive the pool; the others are killed with it", async () => {
+    const pool = new Pool({ size: 1 });
+    const cp = childProcessFor(pool);
+    const kept = await spawned(cp.spawn("sleep", ["30"], { detached: true, stdio: "ignore" }));
+    const killed = await spawned(cp.spawn("sleep", ["30"], { stdio: "ignore" }));
+    await pool.close({ drain: false });
+    try {
+      assert.equal(alive(kept), true, "the detached command still runs");
+      assert.equal(alive(killed), false, "the attached command was killed with its worker");
+    } finally {
+      process.kill(kept, "SIGKILL");
+    }
+  });
+
+  it("a stdio the pool cannot give runs natively, with one warning", async () => {
+    const warnings: string[] = [];
+    const onWarning = (warning: Error & { code?: string }) => warnings.push(String(warning.code));
+    process.on("warning", onWarning);
+    try {
+      for (let i = 0; i < 2; i++) {
+        const child = pooled.spawn("true", [], { stdio: ["pipe", "pipe", "pipe", "ignore", "pipe"] });
+        assert.ok(child instanceof native.ChildProcess, "the runtime's own ChildProcess");
+        await new Promise((resolve) => child.on("close", resolve));
+      }
+      await new Promise((resolve) => setTimeout(resolve, 10)); // warnings are emitted on the next tick
+    } finally {
+      process.off("warning", onWarning);
+    }
+    assert.deepEqual(warnings.filter((code) => code === "SPAWNPOOL_NATIVE_FALLBACK"), ["SPAWNPOOL_NATIVE_FALLBACK"]);
+  });
+
+  it("configureDefaultPool refuses once the default pool has started", async () => {
+    await promisify(pooled.execFile)("true");
+    assert.throws(() => configureDefaultPool({ size: 1 }), /already started/);
+  });
+
+  for (const runtime of ["node", "bun", "deno"] as const) {
+    it(`childProcessFor(pool) runs on that pool (${runtime} workers)`, async () => {
+      await using pool = new Pool({ size: 1, runtime });
+      const { execFile } = childProcessFor(pool);
+      const { stdout } = await promisify(execFile)("sh", ["-c", "echo $0 $1", "a", "b"]);
+      assert.equal(stdout, "a b\n");
+      assert.equal(pool.stats().workers[0].completed, 1);
     });
   }
 });
