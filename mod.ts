@@ -25,3 +25,5 @@ export type { CommandOutput, CommandStatus, PoolCommand, PooledChildProcess } fr
 export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./core/subprocess.ts";
 export type { RuntimeName } from "./core/adapter.ts";
 export { SpawnError, SpawnPoolError, type SpawnPoolErrorCode } from "./core/errors.ts";
+export type { CommonOptions } from "./core/options.ts";
+export type { StdioMode } from "./core/frame.ts";

@@ -105,3 +105,4 @@ export function childProcessFor(pool: Pool): ChildProcessApi {
 
 export { AbortError, ChildProcess, type ChildProcessApi, type ExecError } from "./node/child_process.ts";
 export { execFileSync, execSync, fork, spawnSync } from "node:child_process";
+export type { Pool } from "./pool.ts";
