@@ -17,8 +17,10 @@
  *   `SPAWNPOOL_NATIVE_FALLBACK` process warning.
  * - Stdin `'inherit'` reads nothing (workers have no terminal to share); stdout and stderr `'inherit'` write
  *   to the host's.
- * - `timeout` (and an aborted `signal`) kills the command's whole process group, and follows with SIGKILL
- *   5 s later if it is still running.
+ * - `timeout` sends `killSignal` to the command's whole process group, and SIGKILL 5 s later if it still runs.
+ *   (An aborted `signal` sends `killSignal` to the command only, as Node does.)
+ * - When the host exits, its workers kill the commands still running, unless they were started with
+ *   `detached: true` (Node leaves every child running).
  *
  * @example Switching one import
  * ```ts

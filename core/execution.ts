@@ -149,6 +149,20 @@ export interface ExecutionOptions {
   signal?: AbortSignal;
   /** Makes the sinks of streamed outputs; without it they are web `ReadableStream`s (`stdout`, `stderr`). */
   output?: OutputSinkFactory;
+  /** Told of each step as it arrives from the worker, in order with the output sinks' calls. */
+  events?: ExecutionEvents;
+}
+
+/** Steps of an execution, as they arrive; the promises `spawned` and `completed` carry the same. */
+export interface ExecutionEvents {
+  /** The child started. */
+  spawned(pid: number): void;
+  /** The child exited (streamed requests: possibly before its streams ended). Always before `completed`. */
+  exited(info: ExitInfo): void;
+  /** The request completed. */
+  completed(done: Completion): void;
+  /** The request failed: the child could not start, or the pool failed it. */
+  failed(error: unknown): void;
 }
 
 let nextId = 0;
@@ -184,6 +198,8 @@ export class Execution implements RequestSink {
   #ref = true;
   #done = false;
   #signal: AbortSignal | undefined;
+  #events: ExecutionEvents | undefined;
+  #exited = false;
   #onAbort = (): void => this.kill("SIGTERM");
 
   /** Creates an execution and submits it to `scheduler`. */
@@ -192,6 +208,7 @@ export class Execution implements RequestSink {
     this.request = request;
     this.spawned = this.#spawned.promise;
     this.completed = this.#completed.promise;
+    this.#events = options.events;
     const streams: [undefined, OutputStream | undefined, OutputStream | undefined] = [undefined, undefined, undefined];
     if (!request.buffered) {
       for (const fd of [1, 2] as const) {
@@ -263,6 +280,14 @@ export class Execution implements RequestSink {
   onSpawned(pid: number): void {
     this.pid = pid;
     this.#spawned.resolve(pid);
+    this.#events?.spawned(pid);
+  }
+
+  /** @internal */
+  onExited(info: ExitInfo): void {
+    if (this.#exited || this.#done) return;
+    this.#exited = true;
+    this.#events?.exited(info);
   }
 
   /** @internal */
@@ -295,13 +320,12 @@ export class Execution implements RequestSink {
     this.#outputs[2]?.end();
     if (stdout.byteLength > 0) this.#collected[1].push(new Uint8Array(stdout));
     if (stderr.byteLength > 0) this.#collected[2].push(new Uint8Array(stderr));
+    this.onExited(info);
     this.#finish();
-    this.#completed.resolve({
-      info,
-      stdout: concatBytes(this.#collected[1]),
-      stderr: concatBytes(this.#collected[2]),
-    });
+    const done = { info, stdout: concatBytes(this.#collected[1]), stderr: concatBytes(this.#collected[2]) };
     this.#collected = [[], [], []];
+    this.#completed.resolve(done);
+    this.#events?.completed(done);
   }
 
   /** @internal */
@@ -317,6 +341,7 @@ export class Execution implements RequestSink {
     this.#assigned.reject(error);
     this.#spawned.reject(error);
     this.#completed.reject(error);
+    this.#events?.failed(error);
   }
 
   #finish(): void {

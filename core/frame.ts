@@ -56,6 +56,11 @@ export const Frame = {
   StdinAck: 22,
   /** worker -> host: the request is complete; payload is {@linkcode encodeExit}'s layout. */
   Exit: 23,
+  /**
+   * worker -> host: the child exited, though its streams may still be open (streamed requests only);
+   * payload is {@linkcode encodeExit}'s layout with no output. `Exit` still follows.
+   */
+  Exited: 24,
 } as const;
 
 /** A frame type number. */

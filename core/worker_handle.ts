@@ -36,6 +36,8 @@ export interface RequestSink {
   onStreamEnd(fd: StreamFd): void;
   /** A stdin write finished. */
   onStdinAck(written: boolean): void;
+  /** The child exited (streamed requests; its streams may still be open). */
+  onExited(info: ExitInfo): void;
   /** The request completed. */
   onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void;
   /** The request failed in the pool (worker died, pool closed). */
@@ -202,6 +204,8 @@ export class WorkerHandle {
         return sink.onStreamEnd(decodeFd(payload));
       case Frame.StdinAck:
         return sink.onStdinAck(payload[0] === 0);
+      case Frame.Exited:
+        return sink.onExited(decodeExit(payload).info);
       case Frame.Exit: {
         const { info, stdout, stderr } = decodeExit(payload);
         this.#requests.delete(id);

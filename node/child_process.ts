@@ -13,8 +13,8 @@ import process from "node:process";
 import { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { SpawnError } from "../core/errors.ts";
-import { type Completion, Execution, type OutputControls, type OutputSink, type Scheduler } from "../core/execution.ts";
-import type { StdioMode, StreamFd } from "../core/frame.ts";
+import { Execution, type OutputControls, type OutputSink, type Scheduler } from "../core/execution.ts";
+import type { ExitInfo, StdioMode, StreamFd } from "../core/frame.ts";
 import { buildRequest } from "../core/options.ts";
 import { signalName } from "../core/signals.ts";
 
@@ -393,10 +393,14 @@ export class ChildProcess extends EventEmitter {
 
   readonly #execution: Execution;
   readonly #killSignal: string;
+  /** 'close' waits for the exit (or failure) and for each piped output stream to close. */
   #closesNeeded = 1;
   #closesGot = 0;
+  #exitCounted = false;
   #settled = false;
   #spawned = false;
+  #unrefed = false;
+  #watchingStreams = false;
   #abortPending: AbortSignal | undefined;
   #stdinPending = 0;
   #signal: AbortSignal | undefined;
@@ -433,8 +437,9 @@ export class ChildProcess extends EventEmitter {
       gid: spec.gid,
       detached: spec.detached,
     });
-    // Every event reaches user code in a microtask, in arrival order: an exception in a listener is an
-    // uncaught exception of the application (as in Node), never a failure of the worker's channel.
+    // Every event reaches user code in its own microtask, queued as it arrives from the worker, so events
+    // keep their order and an exception in a listener is an uncaught exception of the application (as in
+    // Node), never a failure of the worker's channel or a rejected promise.
     const sink = (fd: StreamFd, controls: OutputControls): OutputSink => {
       const readable = new OutputReadable(controls);
       outputs[fd] = readable;
@@ -444,7 +449,15 @@ export class ChildProcess extends EventEmitter {
         error: () => queueMicrotask(() => readable.finish()),
       };
     };
-    this.#execution = new Execution(scheduler, request, { output: sink });
+    this.#execution = new Execution(scheduler, request, {
+      output: sink,
+      events: {
+        spawned: (pid) => queueMicrotask(() => this.#onSpawn(pid)),
+        exited: (info) => queueMicrotask(() => this.#onExit(info)),
+        completed: () => {}, // the streams' ends (already queued) and 'exit' lead to 'close'
+        failed: (error) => queueMicrotask(() => this.#onFail(error)),
+      },
+    });
     const execution = this.#execution;
     if (request.stdin === "piped") this.stdin = this.#stdinWritable(execution);
     this.stdout = outputs[1] ?? null;
@@ -457,8 +470,6 @@ export class ChildProcess extends EventEmitter {
       this.#closesNeeded++;
       stream.on("close", () => this.#maybeClose());
     }
-    execution.spawned.then((pid) => this.#onSpawn(pid), () => {});
-    execution.completed.then((done) => this.#onExit(done), (error) => this.#onFail(error));
     const signal = spec.signal;
     if (signal !== undefined) {
       this.#signal = signal;
@@ -484,12 +495,31 @@ export class ChildProcess extends EventEmitter {
 
   /** Lets the command keep the host alive (the default). */
   ref(): void {
-    this.#execution.ref();
+    this.#unrefed = false;
+    this.#updateRef();
   }
 
-  /** Lets the host exit while the command runs. */
+  /**
+   * Lets the host exit while the command runs. As in Node, output that is being read still keeps the
+   * host alive until it ends.
+   */
   unref(): void {
-    this.#execution.unref();
+    this.#unrefed = true;
+    if (!this.#watchingStreams) {
+      this.#watchingStreams = true;
+      for (const stream of [this.stdout, this.stderr]) {
+        for (const event of ["pause", "resume", "end", "close"]) stream?.on(event, () => this.#updateRef());
+      }
+    }
+    this.#updateRef();
+  }
+
+  #updateRef(): void {
+    const reading = [this.stdout, this.stderr].some((stream) =>
+      stream !== null && !stream.destroyed && !stream.readableEnded && stream.readableFlowing === true
+    );
+    if (!this.#unrefed || reading) this.#execution.ref();
+    else this.#execution.unref();
   }
 
   /** Kills the command unless it was already killed, as Node's `ChildProcess[Symbol.dispose]`. */
@@ -512,14 +542,15 @@ export class ChildProcess extends EventEmitter {
     }
   }
 
-  #onExit(done: Completion): void {
+  #onExit(info: ExitInfo): void {
     this.#settle();
-    const { code, signal, reason } = done.info;
+    const { code, signal, reason } = info;
     this.exitCode = signal === null ? code : null;
     this.signalCode = signal as NodeJS.Signals | null;
     if (reason === "timeout") this.killed = true;
     // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
     this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
+    this.#exitCounted = true;
     this.emit("exit", this.exitCode, this.signalCode);
     process.nextTick(() => this.#flushStdio());
     this.#maybeClose();
@@ -540,13 +571,16 @@ export class ChildProcess extends EventEmitter {
       });
       if (errno !== undefined) this.exitCode = errno;
     }
-    // Nothing ran (or its worker is gone): the streams close without waiting for a reader.
-    this.#closesNeeded = 1;
+    // Nothing ran (or its worker is gone): the streams close without waiting for a reader, and their
+    // 'close' events lead to the child's.
     this.stdin?.destroy();
     this.stdout?.destroy();
     this.stderr?.destroy();
     this.emit("error", reported);
-    this.#maybeClose();
+    if (!this.#exitCounted) {
+      this.#exitCounted = true;
+      this.#maybeClose();
+    }
   }
 
   #settle(): void {
@@ -555,12 +589,10 @@ export class ChildProcess extends EventEmitter {
     this.#signal?.removeEventListener("abort", this.#onAbort);
   }
 
-  /** After exit, lets output nobody is reading drain, so `'close'` can follow (as Node does). */
+  /** After exit, lets output nobody is reading (or that was paused) drain, so `'close'` can follow, as Node does. */
   #flushStdio(): void {
     for (const stream of [this.stdout, this.stderr]) {
-      if (stream === null || !stream.readable || stream.readableFlowing !== null) continue;
-      if (stream.listenerCount("readable") > 0) continue;
-      stream.resume();
+      if (stream !== null && stream.readable) stream.resume();
     }
   }
 

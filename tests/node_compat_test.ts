@@ -282,6 +282,17 @@ const scenarios: Scenario[] = [
   spawnCase("stdio fd 3 'pipe' runs natively", sh("echo x", { stdio: ["pipe", "pipe", "pipe", "pipe"] }), {
     runsNatively: true,
   }),
+  ...["throw-in-listener", "unref-while-reading", "unref-ignored-stdio"].map((which): Scenario => ({
+    name: `host: ${which} (in a child process)`,
+    run: (cp) => {
+      const script = fileURLToPath(new URL("./fixtures/cp_host.ts", import.meta.url).href);
+      const argv = HOST === "deno" ? ["run", "-A", "--quiet", script] : [script];
+      const result = native.spawnSync(process.execPath, [...argv, cp === pooled ? "pooled" : "native", which], {
+        encoding: "utf8",
+      });
+      return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+    },
+  })),
   ...["inherit", ["ignore", "inherit", "pipe"], [0, 1, 2], ["ignore", 1, "ignore"]].map((stdio): Scenario => ({
     name: `stdio ${JSON.stringify(stdio)} (in a child process)`,
     run: (cp) => {
@@ -304,6 +315,22 @@ const scenarios: Scenario[] = [
     read: "utf8",
   }),
   spawnCase("stdout never read: 'close' still comes", { file: "echo", args: ["unread"], read: "none" }),
+  spawnCase("stdout paused by its reader: 'close' still comes", {
+    file: "echo",
+    args: ["paused"],
+    act: (child) => child.stdout!.pause(),
+  }),
+  spawnCase("missing command with stdout destroyed first: 'close' still comes", {
+    file: "no-such-command-xyz",
+    args: [],
+    act: (child) => child.stdout!.destroy(),
+  }, {
+    nativeDiffers: {
+      bun: { fields: ["log", "exitCode"], why: "Bun's message differs and it leaves exitCode null" },
+      deno: { fields: ["log", "exitCode"], why: "Deno's 'close' passes (null, null) and exitCode stays null" },
+    },
+    expectPooled: (r) => assert.deepEqual((r.log as string[]).slice(-1), ["close -2 null"]),
+  }),
   spawnCase("stdout destroyed early: the command sees its reader go", {
     file: "yes",
     read: "none",
@@ -718,6 +745,18 @@ describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
     } finally {
       process.kill(kept, "SIGKILL");
     }
+  });
+
+  it("'exit' comes when the command exits, before a grandchild lets go of stdout", async () => {
+    const child = pooled.spawn("sh", ["-c", "(sleep 3; echo late) & echo early"]);
+    let output = "";
+    child.stdout!.on("data", (chunk) => (output += chunk));
+    const exitedAt = await new Promise<number>((resolve) => child.on("exit", () => resolve(performance.now())));
+    assert.equal(output.includes("late"), false, "'exit' came before the grandchild wrote");
+    assert.equal(child.exitCode, 0);
+    assert.equal(child.kill(), false, "nothing to kill after 'exit'");
+    const closedAt = await new Promise<number>((resolve) => child.on("close", () => resolve(performance.now())));
+    assert.ok(closedAt >= exitedAt);
   });
 
   it("a stdio the pool cannot give runs natively, with one warning", async () => {

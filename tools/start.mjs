@@ -1,50 +1,80 @@
-// `npm start`: the main job. Runs bench/spawn_bench.ts on every runtime (and a Node host with Bun
-// workers), prints one table of native vs pooled spawns/s, and writes bench/results/latest.{json,md}.
-import { spawnSync } from "node:child_process";
+// `npm start`: the main job. Runs bench/compare.ts on every runtime (and a Node host with Bun workers),
+// prints one table of native vs pooled spawning, and writes bench/results/latest.{json,md}.
+import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
 import { bin, ensureInstalled, root } from "./setup.mjs";
 
 ensureInstalled();
-const script = "bench/spawn_bench.ts";
+const script = "bench/compare.ts";
 const runs = [
   { label: "deno", cmd: "deno", args: ["run", "-A", "--quiet", script] },
   { label: "bun", cmd: "bun", args: [script] },
   { label: "node", cmd: "node", args: [script] },
   { label: "node host, bun workers", cmd: "node", args: [script], env: { BENCH_WORKERS: "bun" } },
 ];
+
+/** Runs one benchmark process, showing its progress dots, and resolves with its JSON result. */
+function runOne(run) {
+  return new Promise((resolve, reject) => {
+    const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, ...run.env };
+    const child = spawn(join(bin, run.cmd), run.args, { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8").on("data", (s) => (stdout += s));
+    child.stderr.setEncoding("utf8").on("data", (s) => {
+      stderr += s;
+      process.stdout.write(s.replace(/[^.]/g, ""));
+    });
+    child.on("error", reject);
+    child.on("close", (code) => {
+      const line = stdout.trim().split("\n").pop() ?? "";
+      if (code !== 0 || !line.startsWith("{")) reject(new Error(`${run.label} failed (${code}):\n${stderr}`));
+      else resolve({ label: run.label, ...JSON.parse(line) });
+    });
+  });
+}
+
+const started = performance.now();
 const results = [];
 for (const run of runs) {
-  process.stdout.write(`running ${run.label}... `);
-  const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, ...run.env };
-  const out = spawnSync(join(bin, run.cmd), run.args, { cwd: root, env, encoding: "utf8" });
-  const line = out.stdout.trim().split("\n").pop() ?? "";
-  if (out.status !== 0 || !line.startsWith("{")) {
-    console.log("failed");
-    process.stderr.write(out.stderr);
+  process.stdout.write(`${run.label} `);
+  try {
+    results.push(await runOne(run));
+  } catch (error) {
+    console.log(`\n${error.message}`);
     process.exit(1);
   }
-  const result = { label: run.label, ...JSON.parse(line) };
-  results.push(result);
-  console.log(`native ${result.nativePerSec}/s, pool ${result.poolPerSec}/s`);
+  console.log(" done");
 }
-const header = "| host (workers) | version | native spawns/s | pool spawns/s | pool / native |";
-const rows = results.map((r) =>
-  `| ${r.label} | ${r.version} | ${r.nativePerSec} | ${r.poolPerSec} | ${r.ratio.toFixed(2)}x |`
+
+const pair = (n, p, digits = 0) => `${n.toFixed(digits)} / ${p.toFixed(digits)}`;
+const header = [
+  "| host (workers) | workload | in flight | native/s | pool/s | pool / native | p50 ms native / pool | " +
+  "p99 ms native / pool | host CPU µs/spawn native / pool | loop lag p99 ms native / pool |",
+  "|---|---|---|---|---|---|---|---|---|---|",
+];
+const rows = results.flatMap((r) =>
+  r.cases.map((c) =>
+    `| ${r.label} | ${c.workload} | ${c.inFlight} | ${c.native.perSec} | ${c.pool.perSec} | ${c.ratio.toFixed(2)}x | ` +
+    `${pair(c.native.p50, c.pool.p50, 1)} | ${pair(c.native.p99, c.pool.p99, 1)} | ` +
+    `${pair(c.native.cpuUsPerSpawn, c.pool.cpuUsPerSpawn)} | ${pair(c.native.lagP99, c.pool.lagP99, 1)} |`
+  )
 );
 const machine = `${cpus().length} cores, ${cpus()[0]?.model ?? "unknown cpu"}, ${process.platform}`;
+const versions = results.filter((r) => r.workers === r.host).map((r) => `${r.host} ${r.version}`).join(", ");
 const table = [
-  `\`echo hi\`, 30 in flight; median of ${results[0].rounds} interleaved rounds of ${
-    results[0].spawnsPerRound
-  } spawns; ${machine}`,
+  `Medians of ${results[0].rounds} interleaved rounds (${results[0].spawns} spawns per measurement at 30 in flight, ` +
+  `a third of that at 1); ${machine}; ${versions}. Pool = same-runtime workers unless stated.`,
   "",
-  header,
-  "|---|---|---|---|---|",
+  ...header,
   ...rows,
 ].join("\n");
 console.log(`\n${table}\n`);
 mkdirSync(join(root, "bench", "results"), { recursive: true });
 writeFileSync(join(root, "bench", "results", "latest.json"), JSON.stringify({ machine, results }, null, 2));
 writeFileSync(join(root, "bench", "results", "latest.md"), `${table}\n`);
-console.log("Wrote bench/results/latest.json and bench/results/latest.md");
+console.log(
+  `Wrote bench/results/latest.json and bench/results/latest.md (${Math.round((performance.now() - started) / 1000)} s)`,
+);

@@ -218,6 +218,9 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       },
       exit(code, signal) {
         job.exit = { code, signal };
+        if (!request.buffered && (job.open[1] || job.open[2])) {
+          writer.send(Frame.Exited, job.id, encodeExit({ ...job.exit, reason: job.reason }, EMPTY, EMPTY));
+        }
         armGrace(job);
         finish(job);
       },
@@ -238,11 +241,11 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     }
     job.child = child;
     writer.send(Frame.Spawned, job.id, encodeU32(child.pid));
-    started = true;
-    for (const event of early.splice(0)) event();
     if (request.timeout !== undefined) {
       job.timers.push(setTimeout(() => stopFor(job, "timeout", request.killSignal), request.timeout));
     }
+    started = true;
+    for (const event of early.splice(0)) event();
     for (const op of job.early) {
       if (op === "end" || op instanceof Uint8Array) writeStdin(job, op);
       else if ("release" in op) child.release(op.release);
@@ -288,6 +291,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
         job.paused[fd] = false;
         if (job.child) job.child.release(fd);
         else job.early.push({ release: fd });
+        armGrace(job);
         finish(job);
         return;
       }

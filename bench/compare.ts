@@ -1,0 +1,180 @@
+/**
+ * Native spawning against the pool, under whichever runtime runs this file: `echo hi` and `cat` of a
+ * deterministic 163 KB file, at 1 and 30 in flight. Every output is checked byte for byte. For each case
+ * it measures spawns/s, latency p50/p99, host CPU time per spawn (user+sys of this process, all threads)
+ * and event-loop lag p99 (how late a 1 ms timer fires while the run goes on). Native and pool runs are
+ * interleaved (the order alternates each round) and repeated; medians are reported, with the pool/native
+ * ratio of the same run. Prints one JSON line.
+ *
+ * Run under any runtime: `deno run -A bench/compare.ts`, `bun bench/compare.ts`,
+ * `node bench/compare.ts`. Options (env): BENCH_SPAWNS (spawns per measurement at 30 in flight,
+ * default 300; a third of it at 1 in flight), BENCH_ROUNDS (3), BENCH_WORKERS (worker runtime, default
+ * the host's).
+ */
+
+import { Buffer } from "node:buffer";
+import { spawn as nodeSpawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { Pool, type RuntimeName } from "../mod.ts";
+
+const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 300);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const WORKERS = (process.env.BENCH_WORKERS ?? HOST) as RuntimeName;
+
+const scratch = mkdtempSync(join(tmpdir(), "spawnpool-bench-"));
+const catFile = join(scratch, "163k.bin");
+const catBytes = Buffer.from(Buffer.alloc(163 * 1024).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
+writeFileSync(catFile, catBytes);
+
+interface Workload {
+  name: string;
+  cmd: string;
+  args: string[];
+  expected: Buffer;
+}
+const WORKLOADS: Workload[] = [
+  { name: "echo", cmd: "echo", args: ["hi"], expected: Buffer.from("hi\n") },
+  { name: "cat 163 KB", cmd: "cat", args: [catFile], expected: catBytes },
+];
+const CONCURRENCY = [1, 30];
+
+type Spawner = (w: Workload) => Promise<Uint8Array>;
+
+/** This runtime's own fastest way to run a command and collect its stdout. */
+const native: Spawner = (w) => {
+  if (HOST === "deno") {
+    return new Deno.Command(w.cmd, { args: w.args, stdout: "piped", stderr: "null" }).output()
+      .then((out) => out.stdout);
+  }
+  if (HOST === "bun") {
+    const proc = Bun.spawn([w.cmd, ...w.args], { stdout: "pipe", stderr: "ignore" });
+    return new Response(proc.stdout).arrayBuffer().then(async (bytes) => (await proc.exited, new Uint8Array(bytes)));
+  }
+  return new Promise((resolve, reject) => {
+    const child = nodeSpawn(w.cmd, w.args, { stdio: ["ignore", "pipe", "ignore"] });
+    const chunks: Buffer[] = [];
+    child.stdout.on("data", (chunk: Buffer) => chunks.push(chunk));
+    child.on("error", reject).on("close", () => resolve(Buffer.concat(chunks)));
+  });
+};
+
+const pool = new Pool({ runtime: WORKERS });
+const pooled: Spawner = (w) => pool.command(w.cmd, { args: w.args, stderr: "null" }).output().then((o) => o.stdout);
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))];
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** Samples how late a 1 ms timer fires until stopped. */
+function lagSampler(): () => number[] {
+  const lateness: number[] = [];
+  let stopped = false;
+  let due = performance.now() + 1;
+  const tick = () => {
+    if (stopped) return;
+    const now = performance.now();
+    lateness.push(Math.max(0, now - due));
+    due = now + 1;
+    setTimeout(tick, 1);
+  };
+  setTimeout(tick, 1);
+  return () => {
+    stopped = true;
+    return lateness;
+  };
+}
+
+interface Measurement {
+  perSec: number;
+  p50: number;
+  p99: number;
+  cpuUsPerSpawn: number;
+  lagP99: number;
+}
+
+async function measure(spawner: Spawner, w: Workload, inFlight: number): Promise<Measurement> {
+  const total = inFlight === 1 ? Math.max(10, Math.round(SPAWNS / 3)) : SPAWNS;
+  const latencies: number[] = [];
+  let next = 0;
+  const lane = async () => {
+    while (next++ < total) {
+      const began = performance.now();
+      const out = await spawner(w);
+      latencies.push(performance.now() - began);
+      if (!w.expected.equals(Buffer.from(out.buffer, out.byteOffset, out.byteLength))) {
+        throw new Error(`${w.name}: output differs (${out.byteLength} bytes, expected ${w.expected.length})`);
+      }
+    }
+  };
+  const stopLag = lagSampler();
+  const cpu = process.cpuUsage();
+  const start = performance.now();
+  await Promise.all(Array.from({ length: inFlight }, lane));
+  const elapsed = performance.now() - start;
+  const used = process.cpuUsage(cpu);
+  const lag = stopLag().sort((a, b) => a - b);
+  latencies.sort((a, b) => a - b);
+  return {
+    perSec: total / (elapsed / 1000),
+    p50: percentile(latencies, 0.5),
+    p99: percentile(latencies, 0.99),
+    cpuUsPerSpawn: (used.user + used.system) / total,
+    lagP99: lag.length ? percentile(lag, 0.99) : 0,
+  };
+}
+
+function summarize(runs: Measurement[]): Measurement {
+  const pick = (key: keyof Measurement) => Number(median(runs.map((r) => r[key])).toFixed(2));
+  return {
+    perSec: Math.round(median(runs.map((r) => r.perSec))),
+    p50: pick("p50"),
+    p99: pick("p99"),
+    cpuUsPerSpawn: Math.round(median(runs.map((r) => r.cpuUsPerSpawn))),
+    lagP99: pick("lagP99"),
+  };
+}
+
+await pool.ready();
+for (const w of WORKLOADS) {
+  // Warm-up: both paths once per workload, results discarded.
+  await measure(pooled, w, 30);
+  await measure(native, w, 30);
+}
+const cases = [];
+for (const w of WORKLOADS) {
+  for (const inFlight of CONCURRENCY) {
+    const runs = { native: [] as Measurement[], pool: [] as Measurement[] };
+    for (let round = 0; round < ROUNDS; round++) {
+      const order = round % 2 === 0 ? (["native", "pool"] as const) : (["pool", "native"] as const);
+      for (const which of order) runs[which].push(await measure(which === "native" ? native : pooled, w, inFlight));
+      process.stderr.write(".");
+    }
+    const n = summarize(runs.native);
+    const p = summarize(runs.pool);
+    cases.push({
+      workload: w.name,
+      inFlight,
+      native: n,
+      pool: p,
+      ratio: Number((p.perSec / n.perSec).toFixed(2)),
+      rounds: {
+        native: runs.native.map((r) => Math.round(r.perSec)),
+        pool: runs.pool.map((r) => Math.round(r.perSec)),
+      },
+    });
+  }
+}
+process.stderr.write("\n");
+await pool.close();
+rmSync(scratch, { recursive: true, force: true });
+console.log(JSON.stringify({
+  host: HOST,
+  workers: WORKERS,
+  version: HOST === "deno" ? Deno.version.deno : HOST === "bun" ? Bun.version : process.versions.node,
+  spawns: SPAWNS,
+  rounds: ROUNDS,
+  cases,
+}));
