@@ -142,6 +142,8 @@ export const denoAdapter: Adapter = {
       "--allow-env",
       "--allow-net",
       "--allow-read",
+      // Loaded from a URL (JSR): the worker imports its modules from the same host.
+      ...(/^https?:/.test(entry) ? [`--allow-import=${new URL(entry).host}`] : []),
       entry,
     ];
   },

@@ -28,8 +28,15 @@ export function adapterFor(runtime: RuntimeName): Adapter {
   return runtime === "deno" ? denoAdapter : runtime === "bun" ? bunAdapter : nodeAdapter;
 }
 
-/** The worker entry script next to this package. */
-export const WORKER_ENTRY: string = fileURLToPath(new URL("../worker/main.ts", import.meta.url).href);
+/**
+ * The worker entry next to this module: `worker/main.ts` in the source (JSR, a checkout) or
+ * `worker/main.js` in the npm build. A path for a local module; the URL itself when this module was
+ * imported from a remote URL (JSR), which only Deno workers can run.
+ */
+export const WORKER_ENTRY: string = (() => {
+  const url = new URL(`../worker/main.${import.meta.url.endsWith(".js") ? "js" : "ts"}`, import.meta.url);
+  return url.protocol === "file:" ? fileURLToPath(url.href) : url.href;
+})();
 
 function findOnPath(name: string): string | undefined {
   for (const dir of (process.env.PATH ?? "").split(delimiter)) {
@@ -65,6 +72,12 @@ export function currentPlatform(): Platform {
     cores: navigator.hardwareConcurrency ?? 2,
     launch(workerRuntime: RuntimeName, execPath: string | undefined): WorkerLaunch {
       const worker = adapterFor(workerRuntime);
+      if (workerRuntime !== "deno" && !WORKER_ENTRY.startsWith("/")) {
+        throw new SpawnPoolError(
+          "ERR_WORKER_START",
+          `${workerRuntime} workers need spawnpool installed locally (npm or bun add); it was loaded from ${WORKER_ENTRY}`,
+        );
+      }
       return {
         runtime: workerRuntime,
         execPath: execPath ?? defaultExecPath(workerRuntime, runtime),

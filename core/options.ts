@@ -41,7 +41,7 @@ export interface RequestInput extends CommonOptions {
 }
 
 /** Default flow-control window per stream: bytes a worker sends ahead of the host's reads. */
-export const DEFAULT_WINDOW = 1024 * 1024;
+export const DEFAULT_WINDOW: number = 1024 * 1024;
 /** Default delay between `killSignal` and SIGKILL. */
 export const DEFAULT_FORCE_KILL_AFTER_DELAY = 5000;
 

@@ -1,5 +1,6 @@
-// `npm test`: the quality gate (fmt, lint, type-checks) and the conformance suite under Deno, Bun and
-// Node, each host running node, bun and deno workers. Prints a total and exits non-zero on any failure.
+// `npm test`: the whole quality gate, what CI runs. Format, lint, type-checks and doc lint; every test file
+// under Deno, Bun and Node; the JSDoc examples; a JSR publish dry run; and the npm package installed into
+// scratch Node and Bun apps. Prints a total and exits non-zero on any failure.
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { bin, ensureInstalled, root } from "./setup.mjs";
@@ -17,6 +18,14 @@ const steps = [
   { name: "deno lint", cmd: "deno", args: ["lint"] },
   { name: "deno check", cmd: "deno", args: ["check", "mod.ts", "node.ts", "worker/main.ts", ...tests] },
   { name: "core is runtime-neutral (tsc, no Deno/Bun/Node types)", cmd: "tsc", args: ["-p", "tsconfig.core.json"] },
+  { name: "deno doc --lint", cmd: "deno", args: ["doc", "--lint", "mod.ts", "node.ts", "worker/main.ts"] },
+  { name: "JSR publish dry run", cmd: "deno", args: ["publish", "--dry-run", "--allow-dirty"] },
+  {
+    name: "deno test --doc (the JSDoc examples)",
+    cmd: "deno",
+    args: ["test", "--doc", "-A", "mod.ts", "node.ts", "pool.ts", "core/errors.ts"],
+    count: /(\d+) passed \| (\d+) failed/,
+  },
   {
     name: "deno test",
     cmd: "deno",
@@ -25,6 +34,12 @@ const steps = [
   },
   { name: "bun test", cmd: "bun", args: ["test", ...tests], count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m },
   { name: "node --test", cmd: "node", args: ["--test", ...tests], count: /ℹ pass (\d+)\s*ℹ fail (\d+)/ },
+  {
+    name: "npm package in scratch Node and Bun apps",
+    cmd: "node",
+    args: ["tools/pack_test.mjs"],
+    count: /pack test: (\d+) passed, (\d+) failed/,
+  },
 ];
 
 let passed = 0;
@@ -44,8 +59,8 @@ for (const step of steps) {
       failed++;
       continue;
     }
-    // deno: steps passed/failed; bun and node: tests passed/failed.
-    const [p, f] = step.cmd === "deno" ? [Number(m[2]), Number(m[3])] : [Number(m[1]), Number(m[2])];
+    // deno test: steps passed/failed; the others: tests passed/failed.
+    const [p, f] = m.length === 4 ? [Number(m[2]), Number(m[3])] : [Number(m[1]), Number(m[2])];
     console.log(`--- ${step.name}: ${p} passed, ${f} failed`);
     passed += p;
     failed += f;

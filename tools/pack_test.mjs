@@ -1,0 +1,122 @@
+// The npm package as users get it: `npm pack`, then install the tarball into a scratch Node app (npm)
+// and a scratch Bun app (`bun add`), run real commands through the pool in each (Node host with node
+// workers, with bun workers, and the node:child_process drop-in; Bun host with bun workers), and
+// type-check both apps against the shipped .d.ts. Prints "pack test: N passed, M failed".
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { bin, ensureInstalled, root } from "./setup.mjs";
+
+ensureInstalled();
+const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, NO_COLOR: "1" };
+const scratch = mkdtempSync(join(tmpdir(), "spawnpool-pack-"));
+// npm is the machine's own; the runtimes and tsc are the pinned ones in node_modules/.bin.
+const run = (cmd, args, cwd) =>
+  execFileSync(cmd === "npm" ? "npm" : join(bin, cmd), args, {
+    cwd,
+    env,
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+
+let passed = 0;
+let failed = 0;
+function check(name, fn) {
+  try {
+    fn();
+    passed++;
+    console.log(`ok   ${name}`);
+  } catch (error) {
+    failed++;
+    console.log(`FAIL ${name}\n${error.stdout ?? ""}${error.stderr ?? ""}${error.message}`);
+  }
+}
+
+// The app both runtimes run: every API shape, and the worker runtime from argv.
+const app = `import { Command, Pool, spawn } from "spawnpool";
+import { execFile } from "spawnpool/node";
+import { promisify } from "node:util";
+import process from "node:process";
+
+const runtime = process.argv[2] as "node" | "bun";
+const execPath = process.argv[3];
+await using pool = new Pool({ size: 2, runtime, execPath });
+const out = await pool.command("echo", { args: ["deno shape"] }).output();
+const proc = pool.spawn(["sh", "-c", "echo bun shape; exit 3"]);
+const text = await new Response(proc.stdout).text();
+const code: number = await proc.exited;
+const { stdout } = await promisify(execFile)("echo", ["node shape"]);
+const viaDefault = new TextDecoder().decode((await new Command("echo", { args: ["default"] }).output()).stdout);
+const fromSpawn = await new Response(spawn(["echo", "spawn"]).stdout).text();
+const workers = pool.stats().workers.length;
+console.log(JSON.stringify([new TextDecoder().decode(out.stdout), text, code, stdout, viaDefault, fromSpawn, workers]));
+`;
+const expected = JSON.stringify(["deno shape\n", "bun shape\n", 3, "node shape\n", "default\n", "spawn\n", 2]);
+const tsconfig = (types) =>
+  JSON.stringify({
+    compilerOptions: {
+      target: "ES2022",
+      module: "NodeNext",
+      moduleResolution: "NodeNext",
+      lib: ["ES2022", "DOM", "ESNext.Disposable"],
+      strict: true,
+      noEmit: true,
+      allowImportingTsExtensions: true,
+      typeRoots: [join(root, "node_modules", "@types"), join(root, "node_modules")],
+      types,
+    },
+    files: ["app.ts"],
+  });
+
+let tarball;
+check("npm pack builds and packs dist/ with types", () => {
+  const output = run("npm", ["pack", "--pack-destination", scratch, "--json"], root);
+  const [info] = JSON.parse(output.slice(output.indexOf("[")));
+  tarball = join(scratch, info.filename);
+  const files = info.files.map((f) => f.path);
+  for (const needed of ["dist/mod.js", "dist/mod.d.ts", "dist/node.js", "dist/node.d.ts", "dist/worker/main.js"]) {
+    if (!files.includes(needed)) throw new Error(`${needed} is not in the package`);
+  }
+  const stray = files.filter((f) => /^(tests|bench|tools|\.ci)\/|\.ts$/.test(f) && !f.endsWith(".d.ts"));
+  if (stray.length) throw new Error(`not for the package: ${stray.join(", ")}`);
+});
+
+const nodeApp = join(scratch, "node-app");
+check("a Node app installs the tarball with npm", () => {
+  mkdirSync(nodeApp);
+  writeFileSync(join(nodeApp, "package.json"), JSON.stringify({ name: "node-app", private: true, type: "module" }));
+  run("npm", ["install", "--no-audit", "--no-fund", "--offline", tarball], nodeApp);
+  writeFileSync(join(nodeApp, "app.ts"), app);
+  writeFileSync(join(nodeApp, "tsconfig.json"), tsconfig(["node"]));
+});
+check("the Node app type-checks against the shipped .d.ts", () => run("tsc", ["-p", "."], nodeApp));
+check("Node host, node workers", () => {
+  const out = run("node", ["app.ts", "node", join(bin, "node")], nodeApp).trim();
+  if (out !== expected) throw new Error(`got ${out}`);
+});
+check("Node host, bun workers", () => {
+  const out = run("node", ["app.ts", "bun", join(bin, "bun")], nodeApp).trim();
+  if (out !== expected) throw new Error(`got ${out}`);
+});
+
+const bunApp = join(scratch, "bun-app");
+check("a Bun app installs the tarball with bun add", () => {
+  mkdirSync(bunApp);
+  writeFileSync(join(bunApp, "package.json"), JSON.stringify({ name: "bun-app", private: true, type: "module" }));
+  run("bun", ["add", tarball], bunApp);
+  if (!readdirSync(join(bunApp, "node_modules", "spawnpool", "dist")).includes("mod.js")) {
+    throw new Error("spawnpool/dist/mod.js is missing");
+  }
+  writeFileSync(join(bunApp, "app.ts"), app);
+  writeFileSync(join(bunApp, "tsconfig.json"), tsconfig(["bun-types"]));
+});
+check("the Bun app type-checks against the shipped .d.ts", () => run("tsc", ["-p", "."], bunApp));
+check("Bun host, bun workers", () => {
+  const out = run("bun", ["app.ts", "bun", join(bin, "bun")], bunApp).trim();
+  if (out !== expected) throw new Error(`got ${out}`);
+});
+
+rmSync(scratch, { recursive: true, force: true });
+console.log(`pack test: ${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
