@@ -194,7 +194,22 @@ export class PoolCommand {
   }
 }
 
-/** A running pooled command, shaped like `Deno.ChildProcess`. */
+/**
+ * A running pooled command, shaped like `Deno.ChildProcess`; from `spawn()` on a command.
+ *
+ * @example Writing stdin and reading stdout
+ * ```ts
+ * import { Pool } from "../mod.ts";
+ *
+ * await using pool = new Pool({ size: 1 });
+ * const child = pool.command("tr", { args: ["a-z", "A-Z"], stdin: "piped", stdout: "piped" }).spawn();
+ * const writer = child.stdin.getWriter();
+ * await writer.write(new TextEncoder().encode("shout"));
+ * await writer.close();
+ * const { code, stdout } = await child.output();
+ * console.log(code, new TextDecoder().decode(stdout)); // 0 "SHOUT"
+ * ```
+ */
 export class PooledChildProcess {
   readonly #execution: Execution;
   readonly #status: Promise<CommandStatus>;

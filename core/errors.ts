@@ -72,6 +72,18 @@ export interface SpawnErrorDetails {
  * A command that could not start (missing program, not executable, bad cwd). `code` is the errno name
  * (`ENOENT`, `EACCES`, ...), as Node reports it. The Deno-shaped API rethrows it as the matching
  * `Deno.errors` class when running in Deno.
+ *
+ * @example A missing program, through the Bun shape
+ * ```ts
+ * import { Pool, SpawnError } from "../mod.ts";
+ *
+ * await using pool = new Pool({ size: 1 });
+ * try {
+ *   await pool.spawn(["no-such-program"]).exited;
+ * } catch (error) {
+ *   if (error instanceof SpawnError) console.log(error.code, error.syscall); // "ENOENT" "spawn no-such-program"
+ * }
+ * ```
  */
 export class SpawnError extends Error {
   /** Errno name such as `ENOENT`. */

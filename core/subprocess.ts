@@ -104,7 +104,18 @@ export function spawnArguments(
   throw new TypeError("spawn expects an array [cmd, ...args] or an options object with a 'cmd' array");
 }
 
-/** A running pooled command, shaped like Bun's `Subprocess`. */
+/**
+ * A running pooled command, shaped like Bun's `Subprocess`; from `spawn()`.
+ *
+ * @example Exit code and output
+ * ```ts
+ * import { Pool } from "../mod.ts";
+ *
+ * await using pool = new Pool({ size: 1 });
+ * const proc = pool.spawn(["sh", "-c", "echo out; exit 3"]);
+ * console.log(await new Response(proc.stdout).text(), await proc.exited, proc.exitCode); // "out\n" 3 3
+ * ```
+ */
 export class PooledSubprocess {
   /** Stdin when it is "pipe"; undefined otherwise. */
   readonly stdin: PooledFileSink | undefined;

@@ -62,7 +62,20 @@ function outOfRange(name: string, range: string, value: unknown): NodeError {
   );
 }
 
-/** The error an aborted `signal` produces, as Node's `AbortError`. */
+/**
+ * The error an aborted `signal` produces, as Node's `AbortError` (`code` `"ABORT_ERR"`).
+ *
+ * @example Aborting a command
+ * ```ts
+ * import { execFile } from "../node.ts";
+ *
+ * const controller = new AbortController();
+ * execFile("sleep", ["10"], { signal: controller.signal }, (error) => {
+ *   console.log(error?.name, (error as { code?: string } | null)?.code); // "AbortError" "ABORT_ERR"
+ * });
+ * controller.abort();
+ * ```
+ */
 export class AbortError extends Error {
   /** Always `"ABORT_ERR"`. */
   readonly code = "ABORT_ERR";
@@ -360,6 +373,17 @@ function epipe(): NodeError & { errno: number; syscall: string } {
  * A pooled command, shaped like Node's `ChildProcess`: an `EventEmitter` with `'spawn'`, `'exit'`,
  * `'close'` and `'error'`, Node streams for piped stdio, `pid` once the worker has started the command.
  * Created by {@linkcode spawn}, {@linkcode execFile} and {@linkcode exec}; not constructed directly.
+ *
+ * @example Events in Node's order
+ * ```ts
+ * import { spawn } from "../node.ts";
+ *
+ * const child = spawn("sh", ["-c", "echo hi; exit 2"]);
+ * child.on("spawn", () => console.log("spawn", typeof child.pid)); // "spawn" "number"
+ * child.stdout!.on("data", (chunk) => console.log(String(chunk))); // "hi\n"
+ * child.on("exit", (code, signal) => console.log("exit", code, signal)); // "exit" 2 null
+ * child.on("close", (code) => console.log("close", code)); // "close" 2
+ * ```
  */
 export class ChildProcess extends EventEmitter {
   /** The pid, set once the worker reports it (before `'spawn'`); undefined until then or if it failed. */

@@ -12,6 +12,7 @@ const tests = [
   "tests/handshake_test.ts",
   "tests/node_compat_test.ts",
   "tests/program_test.ts",
+  "tests/deno_host_test.ts",
 ];
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
@@ -23,7 +24,18 @@ const steps = [
   {
     name: "deno test --doc (the JSDoc examples)",
     cmd: "deno",
-    args: ["test", "--doc", "-A", "mod.ts", "node.ts", "pool.ts", "core/errors.ts"],
+    args: [
+      "test",
+      "--doc",
+      "-A",
+      "mod.ts",
+      "node.ts",
+      "pool.ts",
+      "core/errors.ts",
+      "core/command.ts",
+      "core/subprocess.ts",
+      "node/child_process.ts",
+    ],
     count: /(\d+) passed \| (\d+) failed/,
   },
   {
