@@ -345,7 +345,7 @@ const scenarios: Scenario[] = [
       const log = (r.log as string[]).map((line) =>
         line.replace(/^(exit|close) (null SIGPIPE|1 null)$/, "$1 <reader gone>")
       );
-      return { ...r, log, exitCode: "-", signalCode: "-" };
+      return { ...r, log, exitCode: "-", signalCode: "-", stderr: "-" }; // stderr: yes says why, when it can
     },
     expectPooled: (r) => assert.equal(r.killed, false),
   }),
