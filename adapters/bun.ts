@@ -44,6 +44,7 @@ export const bunAdapter: Adapter = {
         cmd: [launch.execPath, ...launch.args],
         stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
         env: { ...process.env, ...launch.env, SPAWNPOOL_CHANNEL: launch.channel },
+        detached: launch.ownGroup,
       });
     } catch (error) {
       pending?.close();

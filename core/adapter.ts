@@ -44,6 +44,11 @@ export interface WorkerLaunch {
   env: Record<string, string>;
   /** How the worker reaches the host. */
   channel: ChannelKind;
+  /**
+   * Start the worker as the leader of a process group of its own, which the commands it spawns without a
+   * group of their own join: the worker (or the host, if the worker dies) can then kill them all at once.
+   */
+  ownGroup: boolean;
 }
 
 /** A started worker process and its channel, as the host sees it. */
@@ -136,4 +141,9 @@ export interface Adapter {
   pid(): number;
   /** Worker side: ends this process. */
   exit(code: number): never;
+  /**
+   * Worker side, optional: kills every command left in the worker's own process group (and with it the
+   * worker) when the worker stops. For runtimes whose commands do not each get a group of their own.
+   */
+  killOwnGroup?(): void;
 }

@@ -7,7 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import { chmodSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { spawn as nodeSpawn } from "node:child_process";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -35,6 +36,26 @@ function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** A process's descendants, from /proc. */
+function descendants(pid: number): number[] {
+  const found: number[] = [];
+  let tasks: string[] = [];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return found;
+  }
+  for (const task of tasks) {
+    try {
+      const listed = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
+      for (const child of listed ? listed.split(" ").map(Number) : []) found.push(child, ...descendants(child));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return found;
 }
 
 async function readAll(stream: ReadableStream<Uint8Array> | undefined): Promise<string> {
@@ -182,6 +203,26 @@ for (const runtime of WORKERS) {
       assert.ok(status.signal === "SIGPIPE" || status.code === 1, JSON.stringify(status));
     });
 
+    it("the host killed with SIGKILL: within 1 s its worker, the command and the command's children are gone", async () => {
+      const [exe, ...args] = hostArgv(fixture("host_to_kill.ts"));
+      const host = nodeSpawn(exe, [...args, runtime], { stdio: ["ignore", "pipe", "inherit"] });
+      const line = await new Promise<string>((resolve, reject) => {
+        let seen = "";
+        host.stdout.setEncoding("utf8").on("data", (s: string) => {
+          seen += s;
+          if (seen.includes("\n")) resolve(seen.split("\n")[0]);
+        });
+        host.on("exit", (code) => reject(new Error(`host exited (${code}) before starting the command`)));
+      });
+      const { worker, command } = JSON.parse(line) as { worker: number; command: number };
+      const family = [worker, command, ...descendants(command)];
+      assert.ok(family.length >= 3, `the command has a child (${family})`);
+      host.kill("SIGKILL");
+      const deadline = performance.now() + 1000;
+      while (family.some(alive) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.deepEqual(family.filter(alive), [], "still alive 1 s after the host was killed");
+    });
+
     it("kill(signal) on a running command, by name and number", async () => {
       const child = pool.command("sleep", { args: ["30"] }).spawn();
       const pid = await child.spawned;
@@ -304,7 +345,7 @@ for (const runtime of WORKERS) {
       const sockets = text(fds.stdout).split("\n").filter((l) => l.includes("socket:"));
       assert.deepEqual(sockets, [], "no socket is inherited by a command");
       const environ = await pool.command("cat", { args: [`/proc/${pid}/environ`] }).output();
-      assert.doesNotMatch(text(environ.stdout), /SPAWNPOOL|NODE_CHANNEL/);
+      assert.doesNotMatch(text(environ.stdout), /SPAWNPOOL_CHANNEL|NODE_CHANNEL_FD/);
       for (const worker of pool.stats().workers) {
         const cmdline = await pool.command("cat", { args: [`/proc/${worker.pid}/cmdline`] }).output();
         assert.doesNotMatch(text(cmdline.stdout), /[0-9a-f]{32}/, "no secret in a worker's arguments");

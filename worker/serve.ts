@@ -104,8 +104,14 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     if (stopping) return;
     stopping = true;
     for (const job of jobs.values()) {
-      if (job.child && !job.exit && !job.request.detached) job.child.kill("SIGKILL", true);
+      if (!job.child || job.exit || job.request.detached) continue;
+      try {
+        job.child.kill("SIGKILL", true);
+      } catch {
+        // Exited meanwhile.
+      }
     }
+    adapter.killOwnGroup?.();
     adapter.exit(code);
   };
 
