@@ -176,5 +176,8 @@ console.log(JSON.stringify({
   version: HOST === "deno" ? Deno.version.deno : HOST === "bun" ? Bun.version : process.versions.node,
   spawns: SPAWNS,
   rounds: ROUNDS,
+  // Node's native spawn forks, so its cost grows with the host's memory (about 1 ms per spawn at 60 MB,
+  // 8 ms at 260 MB on this machine); the host's RSS is part of the result.
+  hostRssMB: Math.round(process.memoryUsage().rss / 2 ** 20),
   cases,
 }));

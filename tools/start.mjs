@@ -62,6 +62,11 @@ const rows = results.flatMap((r) =>
     `${pair(c.native.cpuUsPerSpawn, c.pool.cpuUsPerSpawn)} | ${pair(c.native.lagP99, c.pool.lagP99, 1)} |`
   )
 );
+const hosts = [
+  "| host (workers) | version | host RSS at the end, MB |",
+  "|---|---|---|",
+  ...results.map((r) => `| ${r.label} | ${r.version} | ${r.hostRssMB} |`),
+];
 const machine = `${cpus().length} cores, ${cpus()[0]?.model ?? "unknown cpu"}, ${process.platform}`;
 const versions = results.filter((r) => r.workers === r.host).map((r) => `${r.host} ${r.version}`).join(", ");
 const table = [
@@ -70,6 +75,8 @@ const table = [
   "",
   ...header,
   ...rows,
+  "",
+  ...hosts,
 ].join("\n");
 console.log(`\n${table}\n`);
 mkdirSync(join(root, "bench", "results"), { recursive: true });
