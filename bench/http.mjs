@@ -1,0 +1,137 @@
+// The write-up's HTTP experiment: for each runtime (and a Node host with Bun workers), a server that runs a
+// process per request (bench/http_server.ts), natively and through the pool, for `echo hi` and a 163 KB
+// `cat`, driven by wrk, oha or bombardier (whichever is installed) at 30 connections after a warm-up.
+// Prints a table and writes bench/results/http.{json,md}. `node bench/http.mjs` (BENCH_HTTP_SECONDS, default 8).
+import { execFileSync, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { cpus, tmpdir } from "node:os";
+import { join } from "node:path";
+import { bin, ensureInstalled, root } from "../tools/setup.mjs";
+
+const SECONDS = Number(process.env.BENCH_HTTP_SECONDS ?? 8);
+const CONNECTIONS = 30;
+
+function which(name) {
+  try {
+    return execFileSync("sh", ["-c", `command -v ${name}`], { encoding: "utf8" }).trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The installed load generator: how to run it for `seconds` against `url`, and how to read req/s from it. */
+function loadGenerator() {
+  if (which("wrk")) {
+    return {
+      name: "wrk",
+      args: (url, seconds) => ["-t2", `-c${CONNECTIONS}`, `-d${seconds}s`, url],
+      rate: (out) => Number(/Requests\/sec:\s*([\d.]+)/.exec(out)?.[1]),
+      errors: (out) => Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0),
+    };
+  }
+  if (which("oha")) {
+    return {
+      name: "oha",
+      args: (url, seconds) => ["--no-tui", "-c", `${CONNECTIONS}`, "-z", `${seconds}s`, "--json", url],
+      rate: (out) => JSON.parse(out).summary.requestsPerSec,
+      errors: (out) =>
+        Object.entries(JSON.parse(out).statusCodeDistribution ?? {})
+          .filter(([code]) => code !== "200").reduce((n, [, count]) => n + count, 0),
+    };
+  }
+  if (which("bombardier")) {
+    return {
+      name: "bombardier",
+      args: (url, seconds) => ["-c", `${CONNECTIONS}`, "-d", `${seconds}s`, "-p", "r", "-o", "json", url],
+      rate: (out) => JSON.parse(out).result.rps.mean,
+      errors: (out) => {
+        const r = JSON.parse(out).result;
+        return r.req1xx + r.req3xx + r.req4xx + r.req5xx + r.others;
+      },
+    };
+  }
+  return undefined;
+}
+
+const generator = loadGenerator();
+if (generator === undefined) {
+  console.error(
+    "No HTTP load generator is installed: this experiment needs wrk, oha or bombardier on PATH\n" +
+      "(e.g. `apt-get install wrk`, `cargo install oha`, `go install github.com/codesenberg/bombardier@latest`).",
+  );
+  process.exit(2);
+}
+ensureInstalled();
+
+const scratch = mkdtempSync(join(tmpdir(), "spawnpool-http-"));
+const catFile = join(scratch, "163k.bin");
+writeFileSync(catFile, Buffer.alloc(163 * 1024).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
+
+const hosts = [
+  { label: "deno", cmd: "deno", args: ["run", "-A", "--quiet", "bench/http_server.ts"] },
+  { label: "bun", cmd: "bun", args: ["bench/http_server.ts"] },
+  { label: "node", cmd: "node", args: ["bench/http_server.ts"] },
+  { label: "node host, bun workers", cmd: "node", args: ["bench/http_server.ts"], env: { BENCH_WORKERS: "bun" } },
+];
+
+function startServer(host, mode) {
+  const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, BENCH_CAT_FILE: catFile, ...host.env };
+  const child = spawn(join(bin, host.cmd), [...host.args, mode], {
+    cwd: root,
+    env,
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  return new Promise((resolve, reject) => {
+    let seen = "";
+    child.stdout.setEncoding("utf8").on("data", (s) => {
+      seen += s;
+      const match = /listening (\d+)/.exec(seen);
+      if (match) resolve({ port: Number(match[1]), stop: () => child.kill("SIGTERM") });
+    });
+    child.on("exit", (code) => reject(new Error(`${host.label} ${mode} server exited (${code})`)));
+  });
+}
+
+function load(url, seconds) {
+  const out = execFileSync(which(generator.name), generator.args(url, seconds), { encoding: "utf8" });
+  return { rate: generator.rate(out), errors: generator.errors(out) };
+}
+
+const results = [];
+for (const host of hosts) {
+  for (const path of ["/echo", "/cat"]) {
+    const row = { label: host.label, workload: path === "/echo" ? "echo" : "cat 163 KB" };
+    for (const mode of ["native", "pool"]) {
+      process.stdout.write(`${host.label} ${row.workload} ${mode}... `);
+      const server = await startServer(host, mode);
+      try {
+        const url = `http://127.0.0.1:${server.port}${path}`;
+        load(url, 2); // warm-up
+        const { rate, errors } = load(url, SECONDS);
+        if (errors > 0) throw new Error(`${errors} failed responses`);
+        row[mode] = Math.round(rate);
+        console.log(`${row[mode]} req/s`);
+      } finally {
+        server.stop();
+      }
+    }
+    row.ratio = Number((row.pool / row.native).toFixed(2));
+    results.push(row);
+  }
+}
+
+const machine = `${cpus().length} cores, ${cpus()[0]?.model ?? "unknown cpu"}, ${process.platform}`;
+const table = [
+  `HTTP server spawning per request; ${generator.name}, ${CONNECTIONS} connections, ${SECONDS} s after a 2 s warm-up; ${machine}`,
+  "",
+  "| server (workers) | workload | native req/s | pool req/s | pool / native |",
+  "|---|---|---|---|---|",
+  ...results.map((r) => `| ${r.label} | ${r.workload} | ${r.native} | ${r.pool} | ${r.ratio.toFixed(2)}x |`),
+].join("\n");
+console.log(`\n${table}\n`);
+mkdirSync(join(root, "bench", "results"), { recursive: true });
+writeFileSync(
+  join(root, "bench", "results", "http.json"),
+  JSON.stringify({ machine, generator: generator.name, results }, null, 2),
+);
+writeFileSync(join(root, "bench", "results", "http.md"), `${table}\n`);
