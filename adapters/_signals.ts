@@ -16,3 +16,14 @@ export function onTerminateSignal(handler: () => void): void {
   };
   for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, once);
 }
+
+/** SIGKILLs each process group in `groups`; a group that no longer exists is skipped. */
+export function killGroups(groups: readonly number[]): void {
+  for (const group of groups) {
+    try {
+      process.kill(-group, "SIGKILL");
+    } catch {
+      // Gone already (ESRCH).
+    }
+  }
+}

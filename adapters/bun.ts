@@ -10,7 +10,7 @@ import process from "node:process";
 import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { signalName } from "../core/signals.ts";
-import { onTerminateSignal } from "./_signals.ts";
+import { killGroups, onTerminateSignal } from "./_signals.ts";
 import { socketChannel } from "./_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 import { errorCode, StreamPump } from "./_stream_pump.ts";
@@ -72,6 +72,7 @@ export const bunAdapter: Adapter = {
       channel,
       exited,
       kill: (signal = "SIGTERM") => proc.kill(signal as NodeJS.Signals),
+      killOrphans: (pids) => killGroups(launch.ownGroup ? [...pids, proc.pid] : pids),
       ref: () => proc.ref(),
       unref: () => proc.unref(),
     };

@@ -7,7 +7,7 @@
 
 import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
-import { onTerminateSignal } from "./_signals.ts";
+import { killGroups, onTerminateSignal } from "./_signals.ts";
 import { errorCode, StreamPump } from "./_stream_pump.ts";
 import {
   bootstrapLine,
@@ -179,6 +179,7 @@ export const denoAdapter: Adapter = {
       channel,
       exited,
       kill: (signal = "SIGTERM") => child.kill(signal as Deno.Signal),
+      killOrphans: (pids) => killGroups(launch.ownGroup ? [...pids, child.pid] : pids),
       ref: () => child.ref(),
       unref: () => child.unref(),
     };

@@ -61,6 +61,11 @@ export interface WorkerProcess {
   readonly exited: Promise<void>;
   /** Kills the worker process. */
   kill(signal?: string): void;
+  /**
+   * SIGKILLs what a dead or broken worker may have left running: the process group of each command in
+   * `pids`, and the worker's own group when it was started as a group leader (`WorkerLaunch.ownGroup`).
+   */
+  killOrphans(pids: readonly number[]): void;
   /** Lets the worker process keep the host alive. */
   ref(): void;
   /** Stops the worker process keeping the host alive. */

@@ -20,12 +20,17 @@ import {
   PROTOCOL_VERSION,
   ProtocolError,
   type SpawnFailure,
+  type SpawnRequest,
   type StreamFd,
 } from "./frame.ts";
 import { FrameWriter } from "./frame_writer.ts";
 
 /** Receives the frames of one request. */
 export interface RequestSink {
+  /** The command's pid, once the worker reported it. */
+  readonly pid: number | undefined;
+  /** What was asked of the worker. */
+  readonly request: SpawnRequest;
   /** The child started. */
   onSpawned(pid: number): void;
   /** The child could not start. */
@@ -224,6 +229,10 @@ export class WorkerHandle {
     this.process.channel.close();
     const sinks = [...this.#requests.values()];
     this.#requests.clear();
+    // A dead or broken worker cannot clean up after itself: its commands (except those meant to outlive
+    // it) are killed here, with their process groups.
+    const orphans = sinks.flatMap((sink) => (sink.pid !== undefined && !sink.request.detached ? [sink.pid] : []));
+    if (orphans.length > 0 || error.code !== "ERR_POOL_CLOSED") this.process.killOrphans(orphans);
     for (const sink of sinks) sink.onFail(error);
     this.#onClose(this, error);
   }

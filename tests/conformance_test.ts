@@ -223,6 +223,33 @@ for (const runtime of WORKERS) {
       assert.deepEqual(family.filter(alive), [], "still alive 1 s after the host was killed");
     });
 
+    for (const signal of ["SIGKILL", "SIGTERM"] as const) {
+      it(`a worker ended by ${signal} mid-stream: its requests fail with ERR_WORKER_DIED, its commands die, the pool goes on`, async () => {
+        const own = new Pool({ size: 1, runtime });
+        const streaming = own.command("yes", { stdout: "piped" }).spawn();
+        const streamingPid = await streaming.spawned;
+        const reader = streaming.stdout.getReader();
+        assert.equal((await reader.read()).done, false);
+        const sleeper = own.command("sleep", { args: ["30"] }).spawn();
+        const sleeperPid = await sleeper.spawned;
+        process.kill(own.stats().workers[0].pid, signal);
+        const died = (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_DIED";
+        await assert.rejects(streaming.status, died);
+        await assert.rejects(sleeper.status, died);
+        await assert.rejects(async () => {
+          while (!(await reader.read()).done);
+        }, died);
+        for (let i = 0; i < 100 && (alive(streamingPid) || alive(sleeperPid)); i++) {
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        assert.deepEqual([alive(streamingPid), alive(sleeperPid)], [false, false], "the dead worker's commands");
+        const later = await Promise.all([1, 2, 3].map((n) => own.command("echo", { args: [`${n}`] }).output()));
+        assert.deepEqual(later.map((out) => text(out.stdout)), ["1\n", "2\n", "3\n"]);
+        assert.equal(own.stats().started, 2, "one replacement worker");
+        await own.close();
+      });
+    }
+
     it("kill(signal) on a running command, by name and number", async () => {
       const child = pool.command("sleep", { args: ["30"] }).spawn();
       const pid = await child.spawned;
