@@ -13,6 +13,7 @@ const tests = [
   "tests/node_compat_test.ts",
   "tests/program_test.ts",
   "tests/deno_host_test.ts",
+  "tests/protocol_test.ts",
 ];
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },

@@ -1,0 +1,190 @@
+/**
+ * Bad input on the channel: the frame decoder fuzzed with random, truncated and oversized input (bounded,
+ * seeded, so a failure replays), the worker loop fed garbage, and a live pool whose worker breaks the
+ * protocol in each of several ways: the request fails with a clear error, the host neither crashes nor
+ * hangs, and the next worker serves.
+ */
+
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import type { Adapter, ByteChannel, ChannelReceiver } from "../core/adapter.ts";
+import { encodeHeader, encodeJson, Frame, FrameDecoder, MAX_PAYLOAD_BYTES, ProtocolError } from "../core/frame.ts";
+import { Pool, SpawnPoolError } from "../mod.ts";
+import { serve } from "../worker/serve.ts";
+
+/** A small seeded PRNG (xorshift32), so every fuzz run is reproducible. */
+function random(seed: number): () => number {
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    return (x >>> 0) / 0x1_0000_0000;
+  };
+}
+
+function randomBytes(next: () => number, length: number): Uint8Array {
+  const bytes = new Uint8Array(length);
+  for (let i = 0; i < length; i++) bytes[i] = Math.floor(next() * 256);
+  return bytes;
+}
+
+/** Feeds `bytes` to a decoder in random pieces; returns the frames or the ProtocolError it threw. */
+function decode(bytes: Uint8Array, next: () => number): { frames: number; error?: ProtocolError } {
+  let frames = 0;
+  const decoder = new FrameDecoder(() => void frames++);
+  try {
+    for (let offset = 0; offset < bytes.byteLength;) {
+      const size = 1 + Math.floor(next() * 64);
+      decoder.push(bytes.subarray(offset, offset + size));
+      offset += size;
+    }
+  } catch (error) {
+    assert.ok(error instanceof ProtocolError, `only ProtocolError may escape, got ${error}`);
+    return { frames, error };
+  }
+  return { frames };
+}
+
+const frame = (type: number, id: number, payload: Uint8Array): Uint8Array => {
+  const out = new Uint8Array(9 + payload.byteLength);
+  out.set(encodeHeader(type as never, id, payload.byteLength));
+  out.set(payload, 9);
+  return out;
+};
+
+describe("frame decoder fuzz", () => {
+  it("5,000 random inputs: frames or a ProtocolError, nothing else", () => {
+    const next = random(0x5eed);
+    let errors = 0;
+    for (let i = 0; i < 5000; i++) {
+      if (decode(randomBytes(next, Math.floor(next() * 512)), next).error) errors++;
+    }
+    assert.ok(errors > 0, "random headers mostly declare oversized frames");
+  });
+
+  it("valid frames split at every byte boundary decode exactly", () => {
+    const next = random(7);
+    const frames = Array.from({ length: 50 }, (_, i) => frame(Frame.Stdout, i + 1, randomBytes(next, i * 37)));
+    const all = new Uint8Array(frames.reduce((n, f) => n + f.byteLength, 0));
+    let offset = 0;
+    for (const f of frames) all.set(f, (offset += f.byteLength) - f.byteLength);
+    for (let trial = 0; trial < 200; trial++) assert.deepEqual(decode(all, next), { frames: 50 });
+  });
+
+  it("a truncated frame waits, without a frame or an error", () => {
+    const next = random(11);
+    const whole = frame(Frame.Stdout, 1, randomBytes(next, 1000));
+    for (let cut = 0; cut < whole.byteLength; cut += 37) {
+      assert.deepEqual(decode(whole.subarray(0, cut), next), { frames: 0 });
+    }
+  });
+
+  it("an absurd length fails at once, before any allocation", () => {
+    const header = new Uint8Array(9);
+    new DataView(header.buffer).setUint32(0, MAX_PAYLOAD_BYTES + 1);
+    const result = decode(header, random(3));
+    assert.ok(result.error?.message.includes("exceeds"));
+  });
+});
+
+/** An in-memory channel pair end: what the worker loop writes is collected; the test pushes bytes in. */
+function memoryChannel(): { channel: ByteChannel; push: (bytes: Uint8Array) => void; closed: () => boolean } {
+  let receiver: ChannelReceiver | undefined;
+  let closed = false;
+  return {
+    channel: {
+      start: (r) => void (receiver = r),
+      write: () => {},
+      close: () => void (closed = true),
+      ref: () => {},
+      unref: () => {},
+    },
+    push: (bytes) => receiver!.data(bytes),
+    closed: () => closed,
+  };
+}
+
+describe("worker loop fed garbage", () => {
+  it("stops with exit code 1 on malformed input, without throwing, for 500 random inputs", () => {
+    const next = random(0xbad);
+    let stops = 0;
+    const logged: unknown[] = [];
+    const consoleError = console.error;
+    console.error = (...args: unknown[]) => void logged.push(args); // the worker says why it stops
+    try {
+      for (let i = 0; i < 500; i++) {
+        const exits: number[] = [];
+        const adapter = {
+          runtime: "node",
+          spawn: () => Promise.reject(new Error("no spawns in this test")),
+          onTerminate: () => {},
+          pid: () => 1,
+          exit: (code: number) => void exits.push(code),
+        } as unknown as Adapter;
+        const { channel, push } = memoryChannel();
+        serve(adapter, channel);
+        const garbage = randomBytes(next, 9 + Math.floor(next() * 200));
+        // Half the inputs start with a plausible header, so the frame's type and payload checks are reached.
+        if (i % 2 === 0) garbage.set([0, 0, 0, Math.floor(next() * 16), Math.floor(next() * 30), 0, 0, 0, 1]);
+        push(garbage);
+        if (exits.length > 0) {
+          assert.deepEqual(exits, [1]);
+          stops++;
+        }
+      }
+    } finally {
+      console.error = consoleError;
+    }
+    assert.ok(stops > 100, `most garbage stops the worker (${stops})`);
+    assert.equal(logged.length, stops, "each stop says why");
+  });
+
+  it("a spawn request whose JSON is malformed stops the worker", () => {
+    const exits: number[] = [];
+    const adapter = { runtime: "node", onTerminate: () => {}, pid: () => 1, exit: (c: number) => void exits.push(c) };
+    const { channel, push } = memoryChannel();
+    serve(adapter as unknown as Adapter, channel);
+    push(frame(Frame.Spawn, 1, encodeJson({ cmd: 5, args: "no" })));
+    assert.deepEqual(exits, [1]);
+  });
+});
+
+const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url).href);
+const modeFile = join(mkdtempSync(join(tmpdir(), "spawnpool-rogue-")), "mode");
+process.env.ROGUE_MODE_FILE = modeFile;
+process.env.ROGUE_NODE = execFileSync("sh", ["-c", "command -v node"], { encoding: "utf8" }).trim();
+
+describe("a live worker that breaks the protocol", () => {
+  const cases: Array<[string, string]> = [
+    ["absurd-length", "ERR_PROTOCOL"],
+    ["unknown-type", "ERR_PROTOCOL"],
+    ["unknown-request", "ERR_PROTOCOL"],
+    ["malformed-exit", "ERR_PROTOCOL"],
+    ["random-bytes", "ERR_PROTOCOL"],
+    ["truncated-then-exit", "ERR_WORKER_DIED"],
+  ];
+  for (const [mode, code] of cases) {
+    it(`${mode}: the request fails with ${code}, the host goes on, the next worker serves`, async () => {
+      writeFileSync(modeFile, mode);
+      const pool = new Pool({ size: 1, runtime: "node", execPath: fixture("rogue_worker.sh") });
+      try {
+        await assert.rejects(
+          pool.command("echo", { args: ["x"] }).output(),
+          (e: unknown) => e instanceof SpawnPoolError && e.code === code,
+        );
+        const out = await pool.command("echo", { args: ["recovered"] }).output();
+        assert.equal(new TextDecoder().decode(out.stdout), "recovered\n");
+        assert.equal(pool.stats().started, 2);
+      } finally {
+        await pool.close();
+      }
+    });
+  }
+});
