@@ -5,6 +5,7 @@
  * @module
  */
 
+import process from "node:process";
 import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { killGroups, onTerminateSignal } from "./_signals.ts";
@@ -138,10 +139,13 @@ export const denoAdapter: Adapter = {
       "--no-prompt",
       "--no-config",
       "--no-lock",
+      // The least a worker needs: to spawn (and signal) commands, to reach the host's abstract unix socket,
+      // and to read and then remove its own two variables. Commands inherit the environment regardless.
       "--allow-run",
-      "--allow-env",
       "--allow-net",
-      "--allow-read",
+      "--allow-env=SPAWNPOOL_CHANNEL,NODE_CHANNEL_FD",
+      // Without abstract sockets (not Linux) the channel is a socket file in a private directory.
+      ...(process.platform === "linux" ? [] : ["--allow-read", "--allow-write"]),
       // Loaded from a URL (JSR): the worker imports its modules from the same host.
       ...(/^https?:/.test(entry) ? [`--allow-import=${new URL(entry).host}`] : []),
       entry,

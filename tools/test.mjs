@@ -14,6 +14,7 @@ const tests = [
   "tests/program_test.ts",
   "tests/deno_host_test.ts",
   "tests/protocol_test.ts",
+  "tests/security_test.ts",
 ];
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },

@@ -1,0 +1,99 @@
+/**
+ * The channel as a local attacker sees it: a pool with Deno workers (which always use the unix-socket
+ * channel) starts a worker that takes 0.5 s to connect; meanwhile the test finds the host's abstract
+ * socket in /proc/net/unix, connects, and tries to pass for the worker: with a wrong secret, with a
+ * spawn request, with a hello. Every attempt is refused, the listener is gone once the worker is in, and
+ * the pool runs commands as before. Runs the host's own listener (Deno.listen in Deno, node:net elsewhere).
+ */
+
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { encodeHeader, encodeJson, Frame, PROTOCOL_VERSION } from "../core/frame.ts";
+import { Pool } from "../mod.ts";
+
+const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url).href);
+const scratch = mkdtempSync(join(tmpdir(), "spawnpool-security-"));
+
+/** Listening abstract unix sockets whose names look like spawnpool's, from /proc/net/unix. */
+function listeners(): string[] {
+  return readFileSync("/proc/net/unix", "utf8").split("\n")
+    .map((line) => line.trim().split(/\s+/))
+    // Flags 00010000 (__SO_ACCEPTCON) marks a listening socket; accepted connections show the name too.
+    .filter((fields) => fields[3] === "00010000" && fields[7]?.startsWith("@spawnpool-"))
+    .map((fields) => `\0${fields[7].slice(1)}`);
+}
+
+const frame = (type: number, id: number, payload: Uint8Array) => {
+  const out = new Uint8Array(9 + payload.byteLength);
+  out.set(encodeHeader(type as never, id, payload.byteLength));
+  out.set(payload, 9);
+  return out;
+};
+
+type Outcome = "refused" | "cannot connect" | "kept open";
+
+/** Connects to `path`, sends `bytes`, and reports whether the host closed the connection within 2 s. */
+function attempt(path: string, bytes: Uint8Array): Promise<Outcome> {
+  return new Promise((resolve) => {
+    const socket = connect({ path });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      resolve("kept open");
+    }, 2000);
+    socket.on("connect", () => socket.write(bytes));
+    socket.on("data", () => {}); // anything the host would send a worker
+    socket.on("error", () => {});
+    socket.on("close", () => {
+      clearTimeout(timer);
+      resolve(socket.bytesWritten > 0 ? "refused" : "cannot connect");
+    });
+  });
+}
+
+describe("a local attacker on the unix-socket channel", () => {
+  it("finds the listener, cannot pass for the worker, and the pool works", async () => {
+    const marker = join(scratch, "attacker-was-here");
+    const spawnRequest = frame(
+      Frame.Spawn,
+      1,
+      encodeJson({ cmd: "touch", args: [marker], stdin: "null", stdout: "null", stderr: "null", buffered: true }),
+    );
+    const hello = frame(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime: "deno", pid: 1 }));
+    const payloads = [
+      new Uint8Array(32).fill(7), // a wrong secret
+      spawnRequest, // a request, as if the listener were a worker
+      new Uint8Array([...new Uint8Array(32), ...hello]), // a hello after a guessed secret
+    ];
+    process.env.SLOW_START_EXEC = execFileSync("sh", ["-c", "command -v deno"], { encoding: "utf8" }).trim();
+    const pool = new Pool({ size: 1, runtime: "deno", execPath: fixture("slow_start.sh") });
+    const ready = pool.ready();
+    let found: string | undefined;
+    for (let i = 0; i < 400 && found === undefined; i++) {
+      found = listeners()[0];
+      if (found === undefined) await new Promise((r) => setTimeout(r, 5));
+    }
+    assert.ok(found, "the listener is visible in /proc/net/unix while the worker starts");
+    const outcomes = await Promise.all(payloads.map((bytes) => attempt(found!, bytes)));
+    await ready;
+    assert.deepEqual(outcomes, ["refused", "refused", "refused"]);
+    assert.equal(listeners().includes(found), false, "the listener closed once its worker connected");
+    assert.equal(await attempt(found, payloads[0]), "cannot connect");
+    const cmdline = readFileSync(`/proc/${pool.stats().workers[0].pid}/cmdline`, "utf8").split("\0");
+    assert.deepEqual(
+      cmdline.filter((arg) => arg.startsWith("--allow") || arg === "-A"),
+      ["--allow-run", "--allow-net", "--allow-env=SPAWNPOOL_CHANNEL,NODE_CHANNEL_FD"],
+      "the Deno worker's permissions are the least it needs",
+    );
+    const out = await pool.command("echo", { args: ["still ours"] }).output();
+    assert.equal(new TextDecoder().decode(out.stdout), "still ours\n");
+    assert.equal(existsSync(marker), false, "the attacker's request ran nowhere");
+    await pool.close();
+  });
+});
