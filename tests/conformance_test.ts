@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { spawn as nodeSpawn } from "node:child_process";
+import { spawn as nodeSpawn, spawnSync } from "node:child_process";
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -250,6 +250,38 @@ for (const runtime of WORKERS) {
       });
     }
 
+    it("maxBuffer: output() past the limit kills the command and rejects with ERR_MAX_BUFFER", async () => {
+      // `yes` never ends: only the limit stops it.
+      await assert.rejects(
+        pool.command("yes", { maxBuffer: 100_000 }).output(),
+        (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_MAX_BUFFER" && /maxBuffer/.test(e.message),
+      );
+    });
+
+    it("flow control: a stalled reader of endless output holds memory to the window, and reading resumes", async () => {
+      const stall = Number(process.env.SPAWNPOOL_TEST_STALL_MS ?? 1500);
+      const rss = (pid: number) =>
+        Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024;
+      const worker = pool.stats().workers[0].pid;
+      const child = pool.command("yes", { stdout: "piped", stderr: "null" }).spawn();
+      const reader = child.stdout.getReader();
+      let read = (await reader.read()).value!.byteLength;
+      await new Promise((r) => setTimeout(r, 200)); // the window fills
+      const before = { host: process.memoryUsage().rss, worker: rss(worker) };
+      await new Promise((r) => setTimeout(r, stall));
+      const after = { host: process.memoryUsage().rss, worker: rss(worker) };
+      const growth = { host: after.host - before.host, worker: after.worker - before.worker };
+      assert.ok(growth.host < 16 * 2 ** 20 && growth.worker < 16 * 2 ** 20, `grew ${JSON.stringify(growth)} bytes`);
+      while (read < 20 * 2 ** 20) {
+        const { value } = await reader.read();
+        assert.ok(value && value.every((b, i) => b === ((read + i) % 2 === 0 ? 0x79 : 0x0a)), "y\\n, in order");
+        read += value!.byteLength;
+      }
+      await reader.cancel();
+      await child.status;
+      if (process.env.SPAWNPOOL_TEST_STALL_MS) console.log(`stalled ${stall} ms: ${JSON.stringify({ before, after })}`);
+    });
+
     it("kill(signal) on a running command, by name and number", async () => {
       const child = pool.command("sleep", { args: ["30"] }).spawn();
       const pid = await child.spawned;
@@ -371,6 +403,16 @@ for (const runtime of WORKERS) {
       }).output();
       const sockets = text(fds.stdout).split("\n").filter((l) => l.includes("socket:"));
       assert.deepEqual(sockets, [], "no socket is inherited by a command");
+      // Whatever a native spawn from this process would pass on too (fds the test runner's own parent left
+      // open, without close-on-exec) is not the pool's; anything beyond that would be.
+      const native = spawnSync("sh", ["-c", "ls /proc/$$/fd"], {
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "ignore"],
+      });
+      const inherited = native.stdout.trim().split("\n").filter((fd) => Number(fd) > 2);
+      const extra = text(fds.stdout).trim().split("\n").map((l) => l.split(" ")[0])
+        .filter((fd) => !["0", "1", "2", ...inherited].includes(fd));
+      assert.deepEqual(extra, [], `no fd of the host or the worker: ${text(fds.stdout)}`);
       const environ = await pool.command("cat", { args: [`/proc/${pid}/environ`] }).output();
       assert.doesNotMatch(text(environ.stdout), /SPAWNPOOL_CHANNEL|NODE_CHANNEL_FD/);
       for (const worker of pool.stats().workers) {
