@@ -15,6 +15,7 @@ const tests = [
   "tests/deno_host_test.ts",
   "tests/protocol_test.ts",
   "tests/security_test.ts",
+  "tests/soak_test.ts",
 ];
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },

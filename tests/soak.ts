@@ -1,0 +1,99 @@
+/**
+ * A mixed load through one pool: `echo`, a 163 KB `cat`, a missing program, a failing exit code and a
+ * killed `sleep`, `concurrency` at a time, every result checked. Reports the host's open fds and child
+ * processes, and the workers' memory, before and after. Used by tests/soak_test.ts (small) and
+ * bench/soak.ts (100,000 spawns).
+ */
+
+import { Buffer } from "node:buffer";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import process from "node:process";
+import { type Pool, SpawnError } from "../mod.ts";
+
+/** What a soak run saw. */
+export interface SoakReport {
+  spawns: number;
+  seconds: number;
+  wrong: string[];
+  fds: { before: number; after: number };
+  children: { before: number; after: number };
+  workerRssMB: { before: number[]; after: number[] };
+}
+
+const openFds = () => readdirSync("/proc/self/fd").length;
+/** This process's live children (zombies excluded). */
+function children(): number {
+  let count = 0;
+  for (const task of readdirSync(`/proc/${process.pid}/task`)) {
+    const listed = readFileSync(`/proc/${process.pid}/task/${task}/children`, "utf8").trim();
+    for (const pid of listed ? listed.split(" ") : []) {
+      try {
+        if (!/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"))) count++;
+      } catch {
+        // gone
+      }
+    }
+  }
+  return count;
+}
+const rssMB = (pid: number) =>
+  Math.round(Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024);
+
+/** Runs `spawns` mixed commands through `pool`, `concurrency` at a time. */
+export async function soak(pool: Pool, spawns: number, concurrency: number, scratch: string): Promise<SoakReport> {
+  const catFile = join(scratch, "163k.bin");
+  const catBytes = Buffer.from(Buffer.alloc(163 * 1024).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
+  writeFileSync(catFile, catBytes);
+  await pool.ready();
+  const workers = pool.stats().workers.map((w) => w.pid);
+  const before = { fds: openFds(), children: children(), rss: workers.map(rssMB) };
+  const wrong: string[] = [];
+  const kinds = [
+    async (i: number) => {
+      const out = await pool.command("echo", { args: [`n${i}`] }).output();
+      if (Buffer.from(out.stdout).toString() !== `n${i}\n` || out.code !== 0) wrong.push(`echo ${i}`);
+    },
+    async (i: number) => {
+      const out = await pool.command("cat", { args: [catFile] }).output();
+      if (!catBytes.equals(Buffer.from(out.stdout)) || out.code !== 0) wrong.push(`cat ${i}`);
+    },
+    async (i: number) => {
+      const proc = pool.spawn(["no-such-program-for-soak"]);
+      try {
+        await proc.exited;
+        wrong.push(`missing ${i} ran`);
+      } catch (error) {
+        if (!(error instanceof SpawnError && error.code === "ENOENT")) wrong.push(`missing ${i}: ${error}`);
+      }
+    },
+    async (i: number) => {
+      const out = await pool.command("sh", { args: ["-c", "echo out; echo err >&2; exit 3"] }).output();
+      const ok = out.code === 3 && Buffer.from(out.stdout).toString() === "out\n" &&
+        Buffer.from(out.stderr).toString() === "err\n";
+      if (!ok) wrong.push(`exit ${i}`);
+    },
+    async (i: number) => {
+      const child = pool.command("sleep", { args: ["10"] }).spawn();
+      await child.spawned;
+      child.kill("SIGKILL");
+      const status = await child.status;
+      if (status.signal !== "SIGKILL") wrong.push(`kill ${i}: ${JSON.stringify(status)}`);
+    },
+  ];
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    for (let i = next++; i < spawns; i = next++) await kinds[i % kinds.length](i);
+  }));
+  const seconds = (performance.now() - start) / 1000;
+  const after = { fds: openFds(), children: children(), rss: workers.map(rssMB) };
+  return {
+    spawns,
+    seconds: Number(seconds.toFixed(1)),
+    wrong,
+    fds: { before: before.fds, after: after.fds },
+    children: { before: before.children, after: after.children },
+    workerRssMB: { before: before.rss, after: after.rss },
+  };
+}
