@@ -103,10 +103,14 @@ export async function listenForWorker(abstract: boolean = process.platform === "
       return new Promise<ByteChannel>((resolve, reject) => {
         const timer = setTimeout(() => finish(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
         let done = false;
+        // Connections that have not (yet) presented the secret; closed once the wait is over.
+        const pending = new Set<Socket>();
         const finish = (error: Error | undefined, channel?: ByteChannel) => {
           if (done) return;
           done = true;
           clearTimeout(timer);
+          for (const socket of pending) socket.destroy();
+          pending.clear();
           close();
           if (error) reject(error);
           else resolve(channel!);
@@ -114,6 +118,8 @@ export async function listenForWorker(abstract: boolean = process.platform === "
         void exited.then(() => finish(new Error("Worker exited before connecting")));
         server.on("connection", (socket: Socket) => {
           if (done) return void socket.destroy();
+          pending.add(socket);
+          socket.once("close", () => pending.delete(socket));
           let head = new Uint8Array(0);
           socket.on("error", () => {});
           const onData = (chunk: Uint8Array) => {
@@ -124,6 +130,7 @@ export async function listenForWorker(abstract: boolean = process.platform === "
             if (head.byteLength < SECRET_BYTES) return;
             socket.off("data", onData);
             socket.pause();
+            pending.delete(socket);
             if (done || !sameBytes(head.subarray(0, SECRET_BYTES), secret)) return void socket.destroy();
             finish(undefined, socketChannel(socket, head.slice(SECRET_BYTES)));
           };

@@ -72,6 +72,14 @@ function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
   };
 }
 
+function closeQuietly(conn: Deno.Conn): void {
+  try {
+    conn.close();
+  } catch {
+    // Closed already.
+  }
+}
+
 /** Reads the secret's worth of bytes from a new connection; returns them and anything read past them. */
 async function readSecret(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint8Array }> {
   const chunks: Uint8Array[] = [];
@@ -105,24 +113,45 @@ function listenForWorker(): PendingWorker {
   return {
     bootstrapLine: bootstrapLine(path, secret),
     close,
-    async accept(exited) {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const giveUp = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
-        void exited.then(() => reject(new Error("Worker exited before connecting")));
+    accept(exited) {
+      // Every connection is read on its own, so one that never sends its secret cannot hold up the worker's;
+      // whatever is still pending when the worker is in (or the wait ends) is closed.
+      return new Promise<ByteChannel>((resolve, reject) => {
+        const pending = new Set<Deno.Conn>();
+        let done = false;
+        const finish = (error: Error | undefined, channel?: ByteChannel) => {
+          if (done) return;
+          done = true;
+          clearTimeout(timer);
+          for (const conn of pending) closeQuietly(conn);
+          pending.clear();
+          close();
+          if (error) reject(error);
+          else resolve(channel!);
+        };
+        const timer = setTimeout(() => finish(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
+        void exited.then(() => finish(new Error("Worker exited before connecting")));
+        void (async () => {
+          while (!done) {
+            let conn: Deno.Conn;
+            try {
+              conn = await listener.accept();
+            } catch {
+              return; // the listener closed
+            }
+            if (done) return closeQuietly(conn);
+            pending.add(conn);
+            readSecret(conn).then(({ head, rest }) => {
+              pending.delete(conn);
+              if (!done && sameBytes(head, secret)) finish(undefined, connChannel(conn, rest));
+              else closeQuietly(conn);
+            }, () => {
+              pending.delete(conn);
+              closeQuietly(conn);
+            });
+          }
+        })();
       });
-      giveUp.catch(() => {});
-      try {
-        while (true) {
-          const conn = await Promise.race([listener.accept(), giveUp]);
-          const { head, rest } = await Promise.race([readSecret(conn), giveUp]);
-          if (sameBytes(head, secret)) return connChannel(conn, rest);
-          conn.close();
-        }
-      } finally {
-        clearTimeout(timer);
-        close();
-      }
     },
   };
 }

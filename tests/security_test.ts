@@ -2,7 +2,7 @@
  * The channel as a local attacker sees it: a pool with Deno workers (which always use the unix-socket
  * channel) starts a worker that takes 0.5 s to connect; meanwhile the test finds the host's abstract
  * socket in /proc/net/unix, connects, and tries to pass for the worker: with a wrong secret, with a
- * spawn request, with a hello. Every attempt is refused, the listener is gone once the worker is in, and
+ * spawn request, with a hello, and by holding a connection open without a word. Every attempt is refused, the listener is gone once the worker is in, and
  * the pool runs commands as before. Runs the host's own listener (Deno.listen in Deno, node:net elsewhere).
  */
 
@@ -80,8 +80,13 @@ describe("a local attacker on the unix-socket channel", () => {
       if (found === undefined) await new Promise((r) => setTimeout(r, 5));
     }
     assert.ok(found, "the listener is visible in /proc/net/unix while the worker starts");
+    // One connection says nothing at all: it must not hold up the worker's, and is closed once that is in.
+    const silent = connect({ path: found });
+    silent.on("error", () => {});
+    const silentClosed = new Promise<void>((resolve) => silent.on("close", () => resolve()));
     const outcomes = await Promise.all(payloads.map((bytes) => attempt(found!, bytes)));
     await ready;
+    await silentClosed;
     assert.deepEqual(outcomes, ["refused", "refused", "refused"]);
     assert.equal(listeners().includes(found), false, "the listener closed once its worker connected");
     assert.equal(await attempt(found, payloads[0]), "cannot connect");
