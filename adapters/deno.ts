@@ -211,7 +211,13 @@ export const denoAdapter: Adapter = {
       pid: child.pid,
       channel,
       exited,
-      kill: (signal = "SIGTERM") => child.kill(signal as Deno.Signal),
+      kill: (signal = "SIGTERM") => {
+        try {
+          child.kill(signal as Deno.Signal);
+        } catch {
+          // Exited already (Deno throws where node and bun return false).
+        }
+      },
       killOrphans: (pids) => killGroups(launch.ownGroup ? [...pids, child.pid] : pids),
       ref: () => child.ref(),
       unref: () => child.unref(),

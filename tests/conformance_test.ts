@@ -437,6 +437,25 @@ for (const runtime of WORKERS) {
       assert.throws(() => pool.command("echo").outputSync(), TypeError);
       assert.throws(() => new Pool({ size: 0 }), RangeError);
       assert.throws(() => new Pool({ runtime: "python" as RuntimeName }), TypeError);
+      assert.throws(() => pool.command("echo", { env: { A: "a\0b" } }), TypeError);
+      assert.throws(() => pool.command("echo", { env: { "A\0": "a" } }), TypeError);
+      assert.throws(() => pool.command("echo", { cwd: "/tm\0p" }), TypeError);
+      assert.throws(() => pool.command("echo", { maxBuffer: -1 }), RangeError);
+      assert.throws(() => pool.command("echo", { forceKillAfterDelay: -5 }), RangeError);
+      assert.throws(() => pool.spawn(["echo"], { timeout: 1.5 }), RangeError);
+      assert.throws(() => new Pool({ maxQueue: -1 }), RangeError);
+      assert.throws(() => new Pool({ size: 2.5 }), RangeError);
+    });
+
+    it("a cwd that does not exist fails like the native API, and the worker goes on", async () => {
+      const missing = join(scratch, "no-such-dir");
+      await assert.rejects(pool.command("pwd", { cwd: missing }).output(), (e: unknown) => {
+        return (e as { code?: string }).code === "ENOENT";
+      });
+      await assert.rejects(pool.spawn(["pwd"], { cwd: missing }).exited, (e: unknown) => {
+        return e instanceof SpawnError && e.code === "ENOENT";
+      });
+      assert.equal(text((await pool.command("echo", { args: ["fine"] }).output()).stdout), "fine\n");
     });
 
     it("balances requests across workers", async () => {

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -156,6 +156,15 @@ describe("worker loop fed garbage", () => {
   });
 });
 
+/** Whether a process exists and is not a zombie. */
+function alive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url).href);
 const modeFile = join(mkdtempSync(join(tmpdir(), "spawnpool-rogue-")), "mode");
 process.env.ROGUE_MODE_FILE = modeFile;
@@ -169,16 +178,21 @@ describe("a live worker that breaks the protocol", () => {
     ["malformed-exit", "ERR_PROTOCOL"],
     ["random-bytes", "ERR_PROTOCOL"],
     ["truncated-then-exit", "ERR_WORKER_DIED"],
+    ["close-channel", "ERR_WORKER_DIED"],
   ];
   for (const [mode, code] of cases) {
     it(`${mode}: the request fails with ${code}, the host goes on, the next worker serves`, async () => {
       writeFileSync(modeFile, mode);
       const pool = new Pool({ size: 1, runtime: "node", execPath: fixture("rogue_worker.sh") });
       try {
+        await pool.ready();
+        const rogue = pool.stats().workers[0].pid;
         await assert.rejects(
           pool.command("echo", { args: ["x"] }).output(),
           (e: unknown) => e instanceof SpawnPoolError && e.code === code,
         );
+        for (let i = 0; i < 100 && alive(rogue); i++) await new Promise((r) => setTimeout(r, 10));
+        assert.equal(alive(rogue), false, "the rogue worker is gone");
         const out = await pool.command("echo", { args: ["recovered"] }).output();
         assert.equal(new TextDecoder().decode(out.stdout), "recovered\n");
         assert.equal(pool.stats().started, 2);

@@ -6,7 +6,7 @@
  */
 
 import { Buffer } from "node:buffer";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { type Pool, SpawnError } from "../mod.ts";
@@ -16,12 +16,23 @@ export interface SoakReport {
   spawns: number;
   seconds: number;
   wrong: string[];
-  fds: { before: number; after: number };
+  fds: { before: number; after: number; opened: string[]; closed: string[] };
   children: { before: number; after: number };
   workerRssMB: { before: number[]; after: number[] };
+  /** Worker RSS (MB, per worker) after each tenth of the run: flat, or growing? */
+  workerRssMBAt: Array<{ spawns: number; rss: number[] }>;
 }
 
-const openFds = () => readdirSync("/proc/self/fd").length;
+/** This process's open fds, as "fd -> target". */
+function fdList(): string[] {
+  return readdirSync("/proc/self/fd").map((fd) => {
+    try {
+      return `${fd} -> ${readlinkSync(`/proc/self/fd/${fd}`)}`;
+    } catch {
+      return `${fd} -> ?`;
+    }
+  });
+}
 /** This process's live children (zombies excluded). */
 function children(): number {
   let count = 0;
@@ -47,7 +58,6 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
   writeFileSync(catFile, catBytes);
   await pool.ready();
   const workers = pool.stats().workers.map((w) => w.pid);
-  const before = { fds: openFds(), children: children(), rss: workers.map(rssMB) };
   const wrong: string[] = [];
   const kinds = [
     async (i: number) => {
@@ -81,19 +91,39 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
       if (status.signal !== "SIGKILL") wrong.push(`kill ${i}: ${JSON.stringify(status)}`);
     },
   ];
+  // A warm-up first: runtimes open a few fds of their own early on, once. Deno opens a socketpair the
+  // first time its garbage collector works under pressure (a bare script that allocates 330 MB does too),
+  // so the warm-up allocates that much before the fds are counted.
+  for (let i = 0; i < 2000; i++) new Uint8Array(163 * 1024).fill(i);
+  let warm = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    for (let i = warm++; i < 200; i = warm++) await kinds[i % kinds.length](-1 - i);
+  }));
+  const before = { fds: fdList(), children: children(), rss: workers.map(rssMB) };
   let next = 0;
+  const checkpoints: Array<{ spawns: number; rss: number[] }> = [];
+  const tenth = Math.max(1, Math.floor(spawns / 10));
   const start = performance.now();
   await Promise.all(Array.from({ length: concurrency }, async () => {
-    for (let i = next++; i < spawns; i = next++) await kinds[i % kinds.length](i);
+    for (let i = next++; i < spawns; i = next++) {
+      await kinds[i % kinds.length](i);
+      if ((i + 1) % tenth === 0) checkpoints.push({ spawns: i + 1, rss: workers.map(rssMB) });
+    }
   }));
   const seconds = (performance.now() - start) / 1000;
-  const after = { fds: openFds(), children: children(), rss: workers.map(rssMB) };
+  const after = { fds: fdList(), children: children(), rss: workers.map(rssMB) };
   return {
     spawns,
     seconds: Number(seconds.toFixed(1)),
     wrong,
-    fds: { before: before.fds, after: after.fds },
+    fds: {
+      before: before.fds.length,
+      after: after.fds.length,
+      opened: after.fds.filter((fd) => !before.fds.includes(fd)),
+      closed: before.fds.filter((fd) => !after.fds.includes(fd)),
+    },
     children: { before: before.children, after: after.children },
     workerRssMB: { before: before.rss, after: after.rss },
+    workerRssMBAt: checkpoints,
   };
 }
