@@ -82,40 +82,36 @@ check("npm pack builds and packs dist/ with types", () => {
   if (stray.length) throw new Error(`not for the package: ${stray.join(", ")}`);
 });
 
-const nodeApp = join(scratch, "node-app");
-check("a Node app installs the tarball with npm", () => {
-  mkdirSync(nodeApp);
-  writeFileSync(join(nodeApp, "package.json"), JSON.stringify({ name: "node-app", private: true, type: "module" }));
-  run("npm", ["install", "--no-audit", "--no-fund", "--offline", tarball], nodeApp);
-  writeFileSync(join(nodeApp, "app.ts"), app);
-  writeFileSync(join(nodeApp, "tsconfig.json"), tsconfig(["node"]));
-});
-check("the Node app type-checks against the shipped .d.ts", () => run("tsc", ["-p", "."], nodeApp));
-check("Node host, node workers", () => {
-  const out = run("node", ["app.ts", "node", join(bin, "node")], nodeApp).trim();
-  if (out !== expected) throw new Error(`got ${out}`);
-});
-check("Node host, bun workers", () => {
-  const out = run("node", ["app.ts", "bun", join(bin, "bun")], nodeApp).trim();
-  if (out !== expected) throw new Error(`got ${out}`);
-});
+/** A scratch app in `dir` that installs the tarball with `install`, holding the app and its tsconfig. */
+function scratchApp(name, types, install) {
+  const dir = join(scratch, name);
+  check(`a ${name} installs the tarball with ${install[0]}`, () => {
+    mkdirSync(dir);
+    writeFileSync(join(dir, "package.json"), JSON.stringify({ name, private: true, type: "module" }));
+    run(install[0], [...install.slice(1), tarball], dir);
+    if (!readdirSync(join(dir, "node_modules", "spawnpool", "dist")).includes("mod.js")) {
+      throw new Error("spawnpool/dist/mod.js is missing");
+    }
+    writeFileSync(join(dir, "app.ts"), app);
+    writeFileSync(join(dir, "tsconfig.json"), tsconfig(types));
+  });
+  check(`the ${name} type-checks against the shipped .d.ts`, () => run("tsc", ["-p", "."], dir));
+  return dir;
+}
 
-const bunApp = join(scratch, "bun-app");
-check("a Bun app installs the tarball with bun add", () => {
-  mkdirSync(bunApp);
-  writeFileSync(join(bunApp, "package.json"), JSON.stringify({ name: "bun-app", private: true, type: "module" }));
-  run("bun", ["add", tarball], bunApp);
-  if (!readdirSync(join(bunApp, "node_modules", "spawnpool", "dist")).includes("mod.js")) {
-    throw new Error("spawnpool/dist/mod.js is missing");
-  }
-  writeFileSync(join(bunApp, "app.ts"), app);
-  writeFileSync(join(bunApp, "tsconfig.json"), tsconfig(["bun-types"]));
-});
-check("the Bun app type-checks against the shipped .d.ts", () => run("tsc", ["-p", "."], bunApp));
-check("Bun host, bun workers", () => {
-  const out = run("bun", ["app.ts", "bun", join(bin, "bun")], bunApp).trim();
-  if (out !== expected) throw new Error(`got ${out}`);
-});
+/** Runs the app under `host` with `workers` workers and checks what it printed. */
+function runs(dir, host, workers) {
+  check(`${host} host, ${workers} workers`, () => {
+    const out = run(host, ["app.ts", workers, join(bin, workers)], dir).trim();
+    if (out !== expected) throw new Error(`got ${out}`);
+  });
+}
+
+const nodeApp = scratchApp("node-app", ["node"], ["npm", "install", "--no-audit", "--no-fund", "--offline"]);
+runs(nodeApp, "node", "node");
+runs(nodeApp, "node", "bun");
+const bunApp = scratchApp("bun-app", ["bun-types"], ["bun", "add"]);
+runs(bunApp, "bun", "bun");
 
 rmSync(scratch, { recursive: true, force: true });
 console.log(`pack test: ${passed} passed, ${failed} failed`);
