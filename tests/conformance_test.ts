@@ -262,14 +262,16 @@ for (const runtime of WORKERS) {
       const stall = Number(process.env.SPAWNPOOL_TEST_STALL_MS ?? 1500);
       const rss = (pid: number) =>
         Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024;
-      const worker = pool.stats().workers[0].pid;
+      await pool.ready();
+      const workers = pool.stats().workers.map((w) => w.pid);
+      const worker = (pid: number) => workers.includes(pid) ? rss(pid) : 0;
       const child = pool.command("yes", { stdout: "piped", stderr: "null" }).spawn();
       const reader = child.stdout.getReader();
       let read = (await reader.read()).value!.byteLength;
       await new Promise((r) => setTimeout(r, 200)); // the window fills
-      const before = { host: process.memoryUsage().rss, worker: rss(worker) };
+      const before = { host: process.memoryUsage().rss, worker: workers.reduce((sum, pid) => sum + worker(pid), 0) };
       await new Promise((r) => setTimeout(r, stall));
-      const after = { host: process.memoryUsage().rss, worker: rss(worker) };
+      const after = { host: process.memoryUsage().rss, worker: workers.reduce((sum, pid) => sum + worker(pid), 0) };
       const growth = { host: after.host - before.host, worker: after.worker - before.worker };
       assert.ok(growth.host < 16 * 2 ** 20 && growth.worker < 16 * 2 ** 20, `grew ${JSON.stringify(growth)} bytes`);
       while (read < 20 * 2 ** 20) {
