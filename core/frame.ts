@@ -15,7 +15,7 @@
  */
 
 /** Version of the frame protocol; the worker states it in its hello and the host refuses a mismatch. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** Bytes in a frame header. */
 export const HEADER_BYTES = 9;
