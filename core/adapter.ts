@@ -59,7 +59,7 @@ export interface WorkerProcess {
   readonly channel: ByteChannel;
   /** Resolves when the worker process has exited. */
   readonly exited: Promise<void>;
-  /** Kills the worker process. */
+  /** Kills the worker process; does nothing (never throws) once it has exited. */
   kill(signal?: string): void;
   /**
    * SIGKILLs what a dead or broken worker may have left running: the process group of each command in

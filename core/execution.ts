@@ -10,14 +10,13 @@ import {
   concatBytes,
   encodeCredit,
   type ExitInfo,
+  FD_PAYLOAD,
   Frame,
   type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
 } from "./frame.ts";
 import type { RequestSink, WorkerHandle } from "./worker_handle.ts";
-
-const FD_BYTE: Record<StreamFd, Uint8Array> = { 1: new Uint8Array([1]), 2: new Uint8Array([2]) };
 
 /** Size of stdin chunks sent to a worker. */
 const STDIN_CHUNK_BYTES = 256 * 1024;
@@ -157,10 +156,8 @@ export interface ExecutionOptions {
 export interface ExecutionEvents {
   /** The child started. */
   spawned(pid: number): void;
-  /** The child exited (streamed requests: possibly before its streams ended). Always before `completed`. */
+  /** The child exited (streamed requests: possibly before its streams ended). Always before completion. */
   exited(info: ExitInfo): void;
-  /** The request completed. */
-  completed(done: Completion): void;
   /** The request failed: the child could not start, or the pool failed it. */
   failed(error: unknown): void;
 }
@@ -216,7 +213,7 @@ export class Execution implements RequestSink {
         const controls: OutputControls = {
           credit: (bytes) => this.#send(Frame.Credit, encodeCredit(fd, bytes)),
           release: () => {
-            if (!this.#done) this.#send(Frame.Release, FD_BYTE[fd]);
+            if (!this.#done) this.#send(Frame.Release, FD_PAYLOAD[fd]);
           },
           window: request.window,
         };
@@ -325,7 +322,6 @@ export class Execution implements RequestSink {
     const done = { info, stdout: concatBytes(this.#collected[1]), stderr: concatBytes(this.#collected[2]) };
     this.#collected = [[], [], []];
     this.#completed.resolve(done);
-    this.#events?.completed(done);
   }
 
   /** @internal */

@@ -207,6 +207,9 @@ export function encodeCredit(fd: StreamFd, bytes: number): Uint8Array {
   return out;
 }
 
+/** The one-byte payloads naming a stream (StreamEnd, Release). Never modified. */
+export const FD_PAYLOAD: Readonly<Record<StreamFd, Uint8Array>> = { 1: new Uint8Array([1]), 2: new Uint8Array([2]) };
+
 /** Decodes a stream fd (first payload byte). */
 export function decodeFd(payload: Uint8Array): StreamFd {
   const fd = payload[0];

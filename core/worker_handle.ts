@@ -234,13 +234,7 @@ export class WorkerHandle {
     const orphans = sinks.flatMap((sink) => (sink.pid !== undefined && !sink.request.detached ? [sink.pid] : []));
     if (orphans.length > 0 || error.code !== "ERR_POOL_CLOSED") this.process.killOrphans(orphans);
     // A worker that broke the protocol or dropped its channel may still be running: it is done either way.
-    if (error.code !== "ERR_POOL_CLOSED") {
-      try {
-        this.process.kill("SIGKILL");
-      } catch {
-        // Gone already.
-      }
-    }
+    if (error.code !== "ERR_POOL_CLOSED") this.process.kill("SIGKILL");
     for (const sink of sinks) sink.onFail(error);
     this.#onClose(this, error);
   }

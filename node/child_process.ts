@@ -478,7 +478,6 @@ export class ChildProcess extends EventEmitter {
       events: {
         spawned: (pid) => queueMicrotask(() => this.#onSpawn(pid)),
         exited: (info) => queueMicrotask(() => this.#onExit(info)),
-        completed: () => {}, // the streams' ends (already queued) and 'exit' lead to 'close'
         failed: (error) => queueMicrotask(() => this.#onFail(error)),
       },
     });

@@ -15,6 +15,7 @@ import {
   encodeExit,
   encodeJson,
   encodeU32,
+  FD_PAYLOAD,
   Frame,
   FrameDecoder,
   PROTOCOL_VERSION,
@@ -32,7 +33,6 @@ const STREAM_GRACE_MS = 200;
 
 const STDIN_OK = new Uint8Array([0]);
 const STDIN_CLOSED = new Uint8Array([1]);
-const FD_BYTE: Record<StreamFd, Uint8Array> = { 1: new Uint8Array([1]), 2: new Uint8Array([2]) };
 const EMPTY = new Uint8Array(0);
 
 type StdinOp = Uint8Array | "end";
@@ -145,7 +145,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       for (const fd of [1, 2] as const) {
         if (job.open[fd]) {
           job.open[fd] = false;
-          if (!job.request.buffered) writer.send(Frame.StreamEnd, job.id, FD_BYTE[fd]);
+          if (!job.request.buffered) writer.send(Frame.StreamEnd, job.id, FD_PAYLOAD[fd]);
         }
       }
       finish(job);
@@ -190,10 +190,6 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     // spawn() promise settles wait here.
     let started = false;
     const early: Array<() => void> = [];
-    const inOrder = (event: () => void): void => {
-      if (started) event();
-      else early.push(event);
-    };
     const events: ChildEvents = {
       data(fd, chunk) {
         if (!job.open[fd]) return; // released, or after the grace
@@ -219,7 +215,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       end(fd) {
         if (!job.open[fd]) return;
         job.open[fd] = false;
-        if (!request.buffered) writer.send(Frame.StreamEnd, job.id, FD_BYTE[fd]);
+        if (!request.buffered) writer.send(Frame.StreamEnd, job.id, FD_PAYLOAD[fd]);
         finish(job);
       },
       exit(code, signal) {
@@ -233,9 +229,10 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     };
     try {
       child = await adapter.spawn(request, {
-        data: (fd, chunk) => inOrder(() => events.data(fd, chunk)),
-        end: (fd) => inOrder(() => events.end(fd)),
-        exit: (code, signal) => inOrder(() => events.exit(code, signal)),
+        // Once started (the usual case) output goes straight through, with no closure per chunk.
+        data: (fd, chunk) => started ? events.data(fd, chunk) : void early.push(() => events.data(fd, chunk)),
+        end: (fd) => started ? events.end(fd) : void early.push(() => events.end(fd)),
+        exit: (code, signal) => started ? events.exit(code, signal) : void early.push(() => events.exit(code, signal)),
       });
     } catch (error) {
       jobs.delete(job.id);
