@@ -15,6 +15,7 @@ import process from "node:process";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError } from "../mod.ts";
+import { alive } from "./_helpers.ts";
 
 const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
 const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno").split(",") as RuntimeName[];
@@ -27,15 +28,6 @@ const scratch = mkdtempSync(join(tmpdir(), "spawnpool-test-"));
 function hostArgv(script: string): string[] {
   if (HOST === "deno") return [process.execPath, "run", "-A", "--quiet", script];
   return [process.execPath, script];
-}
-
-/** Whether a process exists and is not a zombie (this machine's init may not reap orphans at once). */
-function alive(pid: number): boolean {
-  try {
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
 }
 
 /** A process's descendants, from /proc. */

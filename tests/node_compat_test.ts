@@ -24,6 +24,7 @@ import { promisify } from "node:util";
 import { configureDefaultPool, Pool } from "../mod.ts";
 import * as pooled from "../node.ts";
 import { childProcessFor } from "../node.ts";
+import { alive } from "./_helpers.ts";
 
 type Runtime = "deno" | "bun" | "node";
 const HOST: Runtime = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
@@ -716,15 +717,6 @@ describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
     });
   }
 });
-
-/** Whether a process exists and is not a zombie. */
-function alive(pid: number): boolean {
-  try {
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
-}
 
 const spawned = (child: native.ChildProcess) =>
   new Promise<number>((resolve, reject) => {

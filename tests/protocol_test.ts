@@ -7,16 +7,17 @@
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { Adapter, ByteChannel, ChannelReceiver } from "../core/adapter.ts";
-import { encodeHeader, encodeJson, Frame, FrameDecoder, MAX_PAYLOAD_BYTES, ProtocolError } from "../core/frame.ts";
+import { encodeJson, Frame, FrameDecoder, MAX_PAYLOAD_BYTES, ProtocolError } from "../core/frame.ts";
 import { Pool, SpawnPoolError } from "../mod.ts";
 import { serve } from "../worker/serve.ts";
+import { alive, frame } from "./_helpers.ts";
 
 /** A small seeded PRNG (xorshift32), so every fuzz run is reproducible. */
 function random(seed: number): () => number {
@@ -51,13 +52,6 @@ function decode(bytes: Uint8Array, next: () => number): { frames: number; error?
   }
   return { frames };
 }
-
-const frame = (type: number, id: number, payload: Uint8Array): Uint8Array => {
-  const out = new Uint8Array(9 + payload.byteLength);
-  out.set(encodeHeader(type as never, id, payload.byteLength));
-  out.set(payload, 9);
-  return out;
-};
 
 describe("frame decoder fuzz", () => {
   it("5,000 random inputs: frames or a ProtocolError, nothing else", () => {
@@ -155,15 +149,6 @@ describe("worker loop fed garbage", () => {
     assert.deepEqual(exits, [1]);
   });
 });
-
-/** Whether a process exists and is not a zombie. */
-function alive(pid: number): boolean {
-  try {
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
-}
 
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url).href);
 const modeFile = join(mkdtempSync(join(tmpdir(), "spawnpool-rogue-")), "mode");

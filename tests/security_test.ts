@@ -15,8 +15,9 @@ import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { encodeHeader, encodeJson, Frame, PROTOCOL_VERSION } from "../core/frame.ts";
+import { encodeJson, Frame, PROTOCOL_VERSION } from "../core/frame.ts";
 import { Pool } from "../mod.ts";
+import { frame } from "./_helpers.ts";
 
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url).href);
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-security-"));
@@ -29,13 +30,6 @@ function listeners(): string[] {
     .filter((fields) => fields[3] === "00010000" && fields[7]?.startsWith("@spawnpool-"))
     .map((fields) => `\0${fields[7].slice(1)}`);
 }
-
-const frame = (type: number, id: number, payload: Uint8Array) => {
-  const out = new Uint8Array(9 + payload.byteLength);
-  out.set(encodeHeader(type as never, id, payload.byteLength));
-  out.set(payload, 9);
-  return out;
-};
 
 type Outcome = "refused" | "cannot connect" | "kept open";
 
