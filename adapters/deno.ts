@@ -24,6 +24,27 @@ import {
 } from "./_unix_handshake.ts";
 
 const READ_BYTES = 64 * 1024;
+/** Reads at most this long are copied out of the read buffer; longer ones take it over. */
+const SMALL_READ_BYTES = 16 * 1024;
+/** Parts at most this long are joined into one write; longer ones are written as they are. */
+const SMALL_WRITE_BYTES = 16 * 1024;
+
+/** Groups frame parts into writes: runs of small parts joined, large parts on their own (not copied). */
+function writeBatches(parts: readonly Uint8Array[]): Uint8Array[] {
+  const batches: Uint8Array[] = [];
+  let run: Uint8Array[] = [];
+  for (const part of parts) {
+    if (part.byteLength <= SMALL_WRITE_BYTES) {
+      run.push(part);
+      continue;
+    }
+    if (run.length > 0) batches.push(concatBytes(run));
+    run = [];
+    batches.push(part);
+  }
+  if (run.length > 0) batches.push(concatBytes(run));
+  return batches;
+}
 
 /** A {@linkcode ByteChannel} over a `Deno.Conn`; `initial` holds bytes read past the handshake. */
 function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
@@ -43,11 +64,18 @@ function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
         let failure: Error | undefined;
         try {
           if (initial.byteLength > 0) receiver.data(initial);
+          // The receiver keeps what it is given, so no buffer is read into again once handed out: a short
+          // read is copied out (a request, a small output), a long one takes the buffer with it.
+          let buffer = new Uint8Array(READ_BYTES);
           while (true) {
-            const buffer = new Uint8Array(READ_BYTES);
             const n = await conn.read(buffer);
             if (n === null) break;
-            receiver.data(buffer.subarray(0, n));
+            if (n <= SMALL_READ_BYTES) {
+              receiver.data(buffer.slice(0, n));
+            } else {
+              receiver.data(buffer.subarray(0, n));
+              buffer = new Uint8Array(READ_BYTES);
+            }
           }
         } catch (error) {
           if (!closed) failure = error as Error;
@@ -56,12 +84,14 @@ function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
         receiver.close(failure);
       })();
     },
-    write(chunks) {
+    write(parts) {
       if (closed) return;
-      const data = concatBytes(chunks);
+      const batches = writeBatches(parts);
       writing = writing.then(async () => {
-        let offset = 0;
-        while (offset < data.byteLength && !closed) offset += await conn.write(data.subarray(offset));
+        for (const data of batches) {
+          let offset = 0;
+          while (offset < data.byteLength && !closed) offset += await conn.write(data.subarray(offset));
+        }
       }).catch(() => {});
     },
     close() {

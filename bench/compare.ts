@@ -2,7 +2,8 @@
  * Native spawning against the pool, under whichever runtime runs this file: `echo hi` and `cat` of a
  * deterministic 163 KB file, at 1 and 30 in flight. Every output is checked byte for byte. For each case
  * it measures spawns/s, latency p50/p99, host CPU time per spawn (user+sys of this process, all threads)
- * and event-loop lag p99 (how late a 1 ms timer fires while the run goes on). Native and pool runs are
+ * and event-loop lag p99 (how late a 1 ms timer fires while the run goes on). On Linux it also splits the
+ * CPU per spawn between this process, the workers and the commands, with how busy the machine was. Native and pool runs are
  * interleaved (the order alternates each round) and repeated; medians are reported, with the pool/native
  * ratio of the same run. Prints one JSON line.
  *
@@ -14,7 +15,7 @@
 
 import { Buffer } from "node:buffer";
 import { spawn as nodeSpawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -87,15 +88,72 @@ function lagSampler(): () => number[] {
   };
 }
 
+/** CPU time in µs of a process itself and of its reaped children, from /proc (Linux; USER_HZ is 100). */
+function processCpu(pid: number | "self"): { self: number; children: number } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
+    return { self: (fields[11] + fields[12]) * 1e4, children: (fields[13] + fields[14]) * 1e4 };
+  } catch {
+    return null;
+  }
+}
+
+/** Busy and total CPU time of the whole machine in µs, from /proc/stat (Linux). */
+function machineCpu(): { busy: number; total: number } | null {
+  try {
+    const ticks = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+    const total = ticks.reduce((sum, t) => sum + t, 0);
+    return { busy: (total - ticks[3] - ticks[4]) * 1e4, total: total * 1e4 };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Where the CPU went, per spawn: this process, the pool's workers, and the commands themselves (the reaped
+ * children of whichever process spawned them), plus how busy the machine was. Linux only.
+ */
+interface CpuSplit {
+  hostUs: number;
+  workersUs: number;
+  commandsUs: number;
+  machineBusyPct: number;
+}
+
+function cpuSnapshot(pids: number[]) {
+  return { host: processCpu("self"), workers: pids.map(processCpu), machine: machineCpu() };
+}
+
+function cpuSplit(before: ReturnType<typeof cpuSnapshot>, after: ReturnType<typeof cpuSnapshot>, spawns: number) {
+  const { host: h0, machine: m0 } = before;
+  const { host: h1, machine: m1 } = after;
+  if (!h0 || !h1 || !m0 || !m1 || [...before.workers, ...after.workers].includes(null)) return null;
+  let workersUs = 0;
+  let commandsUs = h1.children - h0.children;
+  after.workers.forEach((w, i) => {
+    workersUs += w!.self - before.workers[i]!.self;
+    commandsUs += w!.children - before.workers[i]!.children;
+  });
+  return {
+    hostUs: Math.round((h1.self - h0.self) / spawns),
+    workersUs: Math.round(workersUs / spawns),
+    commandsUs: Math.round(commandsUs / spawns),
+    machineBusyPct: Math.round((m1.busy - m0.busy) / (m1.total - m0.total) * 100),
+  };
+}
+
 interface Measurement {
   perSec: number;
   p50: number;
   p99: number;
   cpuUsPerSpawn: number;
   lagP99: number;
+  cpu: CpuSplit | null;
 }
 
 async function measure(spawner: Spawner, w: Workload, inFlight: number): Promise<Measurement> {
+  const workerPids = spawner === pooled ? pool.stats().workers.map((worker) => worker.pid) : [];
   const total = inFlight === 1 ? Math.max(10, Math.round(SPAWNS / 3)) : SPAWNS;
   const latencies: number[] = [];
   let next = 0;
@@ -110,11 +168,13 @@ async function measure(spawner: Spawner, w: Workload, inFlight: number): Promise
     }
   };
   const stopLag = lagSampler();
+  const split = cpuSnapshot(workerPids);
   const cpu = process.cpuUsage();
   const start = performance.now();
   await Promise.all(Array.from({ length: inFlight }, lane));
   const elapsed = performance.now() - start;
   const used = process.cpuUsage(cpu);
+  const splitAfter = cpuSnapshot(workerPids);
   const lag = stopLag().sort((a, b) => a - b);
   latencies.sort((a, b) => a - b);
   return {
@@ -123,17 +183,26 @@ async function measure(spawner: Spawner, w: Workload, inFlight: number): Promise
     p99: percentile(latencies, 0.99),
     cpuUsPerSpawn: (used.user + used.system) / total,
     lagP99: lag.length ? percentile(lag, 0.99) : 0,
+    cpu: cpuSplit(split, splitAfter, total),
   };
 }
 
 function summarize(runs: Measurement[]): Measurement {
-  const pick = (key: keyof Measurement) => Number(median(runs.map((r) => r[key])).toFixed(2));
+  const pick = (key: "p50" | "p99" | "lagP99") => Number(median(runs.map((r) => r[key])).toFixed(2));
   return {
     perSec: Math.round(median(runs.map((r) => r.perSec))),
     p50: pick("p50"),
     p99: pick("p99"),
     cpuUsPerSpawn: Math.round(median(runs.map((r) => r.cpuUsPerSpawn))),
     lagP99: pick("lagP99"),
+    cpu: runs.every((r) => r.cpu !== null)
+      ? {
+        hostUs: median(runs.map((r) => r.cpu!.hostUs)),
+        workersUs: median(runs.map((r) => r.cpu!.workersUs)),
+        commandsUs: median(runs.map((r) => r.cpu!.commandsUs)),
+        machineBusyPct: median(runs.map((r) => r.cpu!.machineBusyPct)),
+      }
+      : null,
   };
 }
 

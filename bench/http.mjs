@@ -1,6 +1,8 @@
 // The write-up's HTTP experiment: for each runtime (and a Node host with Bun workers), a server that runs a
 // process per request (bench/http_server.ts), natively and through the pool, for `echo hi` and a 163 KB
 // `cat`, driven by wrk, oha or bombardier (whichever is installed) at 30 connections after a warm-up.
+// When `go` is on PATH the same server in Go (os/exec, bench/reference/go_server.go) runs too, as the
+// reference the issue's target names, measured in the same run.
 // Prints a table and writes bench/results/http.{json,md}. `node bench/http.mjs` (BENCH_HTTP_SECONDS, default 8).
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
@@ -76,7 +78,7 @@ const hosts = [
 
 function startServer(host, mode) {
   const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, BENCH_CAT_FILE: catFile, ...host.env };
-  const child = spawn(join(bin, host.cmd), [...host.args, mode], {
+  const child = spawn(host.exe ?? join(bin, host.cmd), [...host.args, mode], {
     cwd: root,
     env,
     stdio: ["ignore", "pipe", "inherit"],
@@ -97,7 +99,43 @@ function load(url, seconds) {
   return { rate: generator.rate(out), errors: generator.errors(out) };
 }
 
+/** The Go reference server, built into the scratch directory, or undefined without a Go toolchain. */
+function goReference() {
+  const go = which("go");
+  if (go === undefined) return undefined;
+  const exe = join(scratch, "go_server");
+  try {
+    execFileSync(go, ["build", "-o", exe, join(root, "bench", "reference", "go_server.go")], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+  } catch (error) {
+    console.log(`(the Go reference did not build, so it is left out: ${String(error.stderr ?? error).trim()})`);
+    return undefined;
+  }
+  const version = execFileSync(go, ["version"], { encoding: "utf8" }).trim().split(" ")[2];
+  return { label: `go ${version} os/exec (reference)`, exe, args: [] };
+}
+
 const results = [];
+const reference = goReference();
+if (reference !== undefined) {
+  for (const path of ["/echo", "/cat"]) {
+    const row = { label: reference.label, workload: path === "/echo" ? "echo" : "cat 163 KB", reference: true };
+    process.stdout.write(`${reference.label} ${row.workload}... `);
+    const server = await startServer(reference, "native");
+    try {
+      const url = `http://127.0.0.1:${server.port}${path}`;
+      load(url, 2);
+      const { rate, errors } = load(url, SECONDS);
+      if (errors > 0) throw new Error(`${errors} failed responses`);
+      row.native = Math.round(rate);
+      console.log(`${row.native} req/s`);
+    } finally {
+      server.stop();
+    }
+    results.push(row);
+  }
+}
 for (const host of hosts) {
   for (const path of ["/echo", "/cat"]) {
     const row = { label: host.label, workload: path === "/echo" ? "echo" : "cat 163 KB" };
@@ -126,7 +164,11 @@ const table = [
   "",
   "| server (workers) | workload | native req/s | pool req/s | pool / native |",
   "|---|---|---|---|---|",
-  ...results.map((r) => `| ${r.label} | ${r.workload} | ${r.native} | ${r.pool} | ${r.ratio.toFixed(2)}x |`),
+  ...results.map((r) =>
+    r.reference
+      ? `| ${r.label} | ${r.workload} | ${r.native} | | |`
+      : `| ${r.label} | ${r.workload} | ${r.native} | ${r.pool} | ${r.ratio.toFixed(2)}x |`
+  ),
 ].join("\n");
 console.log(`\n${table}\n`);
 mkdirSync(join(root, "bench", "results"), { recursive: true });

@@ -12,7 +12,7 @@ export type RuntimeName = "deno" | "bun" | "node";
 
 /** Receives what arrives on a {@linkcode ByteChannel}. */
 export interface ChannelReceiver {
-  /** Bytes arrived. The chunk is owned by the receiver. */
+  /** Bytes arrived. The chunk is owned by the receiver: the channel never writes to it again. */
   data(chunk: Uint8Array): void;
   /** The channel closed; `error` says why when it was not an orderly end. */
   close(error?: Error): void;

@@ -12,6 +12,7 @@ import {
   type ExitInfo,
   FD_PAYLOAD,
   Frame,
+  keepBytes,
   type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
@@ -294,11 +295,10 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onData(fd: StreamFd, chunk: Uint8Array): void {
-    // A copy: the payload is a view into the channel's read buffer. Plain Uint8Array, not a Buffer.
-    const copy = new Uint8Array(chunk);
+    const bytes = keepBytes(chunk);
     const stream = this.#outputs[fd];
-    if (stream !== undefined) stream.push(copy);
-    else this.#collected[fd].push(copy);
+    if (stream !== undefined) stream.push(bytes);
+    else this.#collected[fd].push(bytes);
   }
 
   /** @internal */
@@ -315,8 +315,8 @@ export class Execution implements RequestSink {
   onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void {
     this.#outputs[1]?.end();
     this.#outputs[2]?.end();
-    if (stdout.byteLength > 0) this.#collected[1].push(new Uint8Array(stdout));
-    if (stderr.byteLength > 0) this.#collected[2].push(new Uint8Array(stderr));
+    if (stdout.byteLength > 0) this.#collected[1].push(keepBytes(stdout));
+    if (stderr.byteLength > 0) this.#collected[2].push(keepBytes(stderr));
     this.onExited(info);
     this.#finish();
     const done = { info, stdout: concatBytes(this.#collected[1]), stderr: concatBytes(this.#collected[2]) };

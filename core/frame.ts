@@ -219,16 +219,23 @@ export function decodeFd(payload: Uint8Array): StreamFd {
 
 /**
  * Encodes an exit frame payload: u32 JSON length, JSON {@linkcode ExitInfo}, u32 stdout length, stdout,
- * stderr. The trailing bytes are the buffered output not yet sent in stdout/stderr frames.
+ * stderr. The trailing bytes are the buffered output not yet sent in stdout/stderr frames, given as the
+ * chunks it was read in: they go on the wire as they are, never joined here.
  */
-export function encodeExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): Uint8Array[] {
+export function encodeExit(
+  info: ExitInfo,
+  stdout: readonly Uint8Array[] = [],
+  stderr: readonly Uint8Array[] = [],
+): Uint8Array[] {
   const json = encodeJson(info);
   const head = new Uint8Array(8 + json.byteLength);
   const view = new DataView(head.buffer);
   view.setUint32(0, json.byteLength);
   head.set(json, 4);
-  view.setUint32(4 + json.byteLength, stdout.byteLength);
-  return [head, stdout, stderr];
+  let outLength = 0;
+  for (const chunk of stdout) outLength += chunk.byteLength;
+  view.setUint32(4 + json.byteLength, outLength);
+  return [head, ...stdout, ...stderr];
 }
 
 /** Decodes an exit frame payload. */
@@ -328,4 +335,16 @@ export function concatBytes(chunks: readonly Uint8Array[], total?: number): Uint
     offset += chunk.byteLength;
   }
   return out;
+}
+
+/**
+ * A received payload as bytes the receiver may keep: the view itself (as a plain `Uint8Array`) when it
+ * spans most of its buffer, a copy when it is a small part of a larger one, which keeping would pin.
+ *
+ * Only for views into buffers nobody writes to again: every channel hands the decoder fresh read buffers,
+ * and the decoder joins partial frames into new ones.
+ */
+export function keepBytes(view: Uint8Array): Uint8Array {
+  if (view.byteLength * 2 < view.buffer.byteLength) return new Uint8Array(view);
+  return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 }

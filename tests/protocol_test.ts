@@ -6,6 +6,7 @@
  */
 
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,7 +15,17 @@ import process from "node:process";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { Adapter, ByteChannel, ChannelReceiver } from "../core/adapter.ts";
-import { encodeJson, Frame, FrameDecoder, MAX_PAYLOAD_BYTES, ProtocolError } from "../core/frame.ts";
+import {
+  concatBytes,
+  decodeExit,
+  encodeExit,
+  encodeJson,
+  Frame,
+  FrameDecoder,
+  keepBytes,
+  MAX_PAYLOAD_BYTES,
+  ProtocolError,
+} from "../core/frame.ts";
 import { Pool, SpawnPoolError } from "../mod.ts";
 import { serve } from "../worker/serve.ts";
 import { alive, frame } from "./_helpers.ts";
@@ -85,6 +96,41 @@ describe("frame decoder fuzz", () => {
     new DataView(header.buffer).setUint32(0, MAX_PAYLOAD_BYTES + 1);
     const result = decode(header, random(3));
     assert.ok(result.error?.message.includes("exceeds"));
+  });
+});
+
+describe("payload bytes: no copies on the way, none kept that pin more", () => {
+  it("an exit payload carries output as the chunks it was read in, and decodes to their bytes", () => {
+    const next = random(21);
+    const out = [randomBytes(next, 65536), randomBytes(next, 65536), randomBytes(next, 35840)];
+    const err = [randomBytes(next, 10), randomBytes(next, 3)];
+    const parts = encodeExit({ code: 3, signal: null, reason: null }, out, err);
+    for (const chunk of [...out, ...err]) assert.ok(parts.includes(chunk), "a chunk was copied");
+    const decoded = decodeExit(concatBytes(parts));
+    assert.deepEqual(decoded.info, { code: 3, signal: null, reason: null });
+    assert.deepEqual(decoded.stdout, concatBytes(out));
+    assert.deepEqual(decoded.stderr, concatBytes(err));
+    const status = { code: 0, signal: null, reason: null };
+    assert.equal(concatBytes(encodeExit(status)).byteLength, 8 + encodeJson(status).byteLength);
+  });
+
+  it("keepBytes copies a small view out of a large buffer, and keeps a view that spans most of one", () => {
+    const big = new Uint8Array(64 * 1024).fill(7);
+    const small = keepBytes(big.subarray(100, 103));
+    assert.equal(small.buffer.byteLength, 3, "a 3-byte output must not pin a 64 KiB read buffer");
+    big[100] = 1;
+    assert.equal(small[0], 7, "the copy is independent of the read buffer");
+
+    const most = big.subarray(9, big.byteLength - 4);
+    const kept = keepBytes(most);
+    assert.equal(kept.buffer, big.buffer, "a view spanning most of its buffer is kept, not copied");
+    assert.equal(kept.byteOffset, 9);
+    assert.equal(kept.byteLength, most.byteLength);
+
+    // Runtime Buffers come back as plain Uint8Arrays either way, as the web-stream shapes promise.
+    const buffer = Buffer.from(big.buffer, 0, big.byteLength);
+    assert.equal(Object.getPrototypeOf(keepBytes(buffer)), Uint8Array.prototype);
+    assert.equal(Object.getPrototypeOf(keepBytes(buffer.subarray(0, 5))), Uint8Array.prototype);
   });
 });
 

@@ -62,6 +62,25 @@ const rows = results.flatMap((r) =>
     `${pair(c.native.cpuUsPerSpawn, c.pool.cpuUsPerSpawn)} | ${pair(c.native.lagP99, c.pool.lagP99, 1)} |`
   )
 );
+// Where the CPU goes at 30 in flight (Linux): with every core busy, the pool can only win what native
+// spawning leaves idle, less what its own workers spend.
+const split = (cpu, workers) =>
+  cpu
+    ? `${cpu.hostUs}${workers ? ` / ${cpu.workersUs}` : ""} / ${cpu.commandsUs} | ${cpu.machineBusyPct}%`
+    : "n/a | n/a";
+const cpuRows = results.flatMap((r) =>
+  r.cases.filter((c) => c.inFlight === 30).map((c) =>
+    `| ${r.label} | ${c.workload} | ${split(c.native.cpu, false)} | ${split(c.pool.cpu, true)} |`
+  )
+);
+const cpuTable = cpuRows.length === 0 ? [] : [
+  "",
+  "CPU per spawn at 30 in flight, µs (user+sys; commands = the spawned processes, counted when reaped):",
+  "",
+  "| host (workers) | workload | native: host / commands | machine busy | pool: host / workers / commands | machine busy |",
+  "|---|---|---|---|---|---|",
+  ...cpuRows,
+];
 const hosts = [
   "| host (workers) | version | host RSS at the end, MB |",
   "|---|---|---|",
@@ -75,6 +94,7 @@ const table = [
   "",
   ...header,
   ...rows,
+  ...cpuTable,
   "",
   ...hosts,
 ].join("\n");

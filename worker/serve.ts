@@ -8,7 +8,6 @@
 
 import { type Adapter, type ByteChannel, type ChildEvents, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import {
-  concatBytes,
   decodeFd,
   decodeJson,
   decodeU32,
@@ -33,7 +32,6 @@ const STREAM_GRACE_MS = 200;
 
 const STDIN_OK = new Uint8Array([0]);
 const STDIN_CLOSED = new Uint8Array([1]);
-const EMPTY = new Uint8Array(0);
 
 type StdinOp = Uint8Array | "end";
 
@@ -120,15 +118,18 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     for (const timer of job.timers) clearTimeout(timer);
     if (job.grace !== undefined) clearTimeout(job.grace);
     jobs.delete(job.id);
-    const out = job.request.buffered ? concatBytes(job.collected[1]) : EMPTY;
-    const err = job.request.buffered ? concatBytes(job.collected[2]) : EMPTY;
-    writer.send(Frame.Exit, job.id, encodeExit({ ...job.exit, reason: job.reason }, out, err));
+    // Buffered output leaves as the chunks it was read in: no copy here.
+    writer.send(
+      Frame.Exit,
+      job.id,
+      encodeExit({ ...job.exit, reason: job.reason }, job.collected[1], job.collected[2]),
+    );
   };
 
   const flushCollected = (job: Job): void => {
     for (const fd of [1, 2] as const) {
       const chunks = job.collected[fd];
-      if (chunks.length > 0) writer.send(fd === 1 ? Frame.Stdout : Frame.Stderr, job.id, concatBytes(chunks));
+      if (chunks.length > 0) writer.send(fd === 1 ? Frame.Stdout : Frame.Stderr, job.id, chunks);
       job.collected[fd] = [];
     }
     job.collectedBytes = 0;
@@ -221,7 +222,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       exit(code, signal) {
         job.exit = { code, signal };
         if (!request.buffered && (job.open[1] || job.open[2])) {
-          writer.send(Frame.Exited, job.id, encodeExit({ ...job.exit, reason: job.reason }, EMPTY, EMPTY));
+          writer.send(Frame.Exited, job.id, encodeExit({ ...job.exit, reason: job.reason }));
         }
         armGrace(job);
         finish(job);
