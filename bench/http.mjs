@@ -113,7 +113,7 @@ function goReference() {
     return undefined;
   }
   const version = execFileSync(go, ["version"], { encoding: "utf8" }).trim().split(" ")[2];
-  return { label: `go ${version} os/exec (reference)`, exe, args: [] };
+  return { label: `Go (${version.replace(/^go/, "")}, os/exec), reference`, exe, args: [] };
 }
 
 const results = [];

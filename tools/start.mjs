@@ -1,8 +1,8 @@
 // `npm start`: the main job. Runs bench/compare.ts on every runtime (and a Node host with Bun workers),
 // prints one table of native vs pooled spawning, and writes bench/results/latest.{json,md}.
-import { spawn } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
-import { cpus } from "node:os";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { bin, ensureInstalled, root } from "./setup.mjs";
 
@@ -49,6 +49,42 @@ for (const run of runs) {
   console.log(" done");
 }
 
+/**
+ * The machine's spawn ceiling, when a C compiler is installed: bench/reference/spawn_loop.c runs the same two
+ * commands with posix_spawnp from one thread (30 in flight, output to /dev/null). Medians of 3 runs of 1,000.
+ */
+function spawnCeiling() {
+  const scratch = mkdtempSync(join(tmpdir(), "spawnpool-ceiling-"));
+  try {
+    const exe = join(scratch, "spawn_loop");
+    try {
+      execFileSync("cc", ["-O2", "-o", exe, join(root, "bench", "reference", "spawn_loop.c")], { stdio: "ignore" });
+    } catch {
+      return undefined; // no C compiler: the table goes without this reference
+    }
+    const catFile = join(scratch, "163k.bin");
+    writeFileSync(catFile, Buffer.alloc(163 * 1024).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
+    const median = (xs) => [...xs].sort((a, b) => a - b)[1];
+    return [["echo", ["echo", "hi"]], ["cat 163 KB", ["cat", catFile]]].map(([workload, command]) => {
+      const runs = [0, 1, 2].map(() => JSON.parse(execFileSync(exe, ["1000", "30", ...command], { encoding: "utf8" })));
+      const selfUs = median(runs.map((r) => r.selfUs));
+      const commandsUs = median(runs.map((r) => r.commandsUs));
+      return {
+        workload,
+        perSec: median(runs.map((r) => r.perSec)),
+        selfUs,
+        commandsUs,
+        allCoresPerSec: Math.round(cpus().length * 1e6 / (selfUs + commandsUs)),
+      };
+    });
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}
+process.stdout.write("spawn ceiling (C) ");
+const ceiling = spawnCeiling();
+console.log(ceiling ? " done" : " skipped: no C compiler (cc)");
+
 const pair = (n, p, digits = 0) => `${n.toFixed(digits)} / ${p.toFixed(digits)}`;
 const header = [
   "| host (workers) | workload | in flight | native/s | pool/s | pool / native | p50 ms native / pool | " +
@@ -81,6 +117,15 @@ const cpuTable = cpuRows.length === 0 ? [] : [
   "|---|---|---|---|---|---|",
   ...cpuRows,
 ];
+const ceilingTable = ceiling === undefined ? [] : [
+  "",
+  "The machine's spawn ceiling: `bench/reference/spawn_loop.c`, posix_spawnp from one thread, 30 in flight, output to " +
+  "/dev/null (medians of 3 runs of 1,000):",
+  "",
+  "| workload | spawns/s, one thread | CPU µs/spawn: spawner / command | spawns/s if every core were busy |",
+  "|---|---|---|---|",
+  ...ceiling.map((c) => `| ${c.workload} | ${c.perSec} | ${c.selfUs} / ${c.commandsUs} | ${c.allCoresPerSec} |`),
+];
 const hosts = [
   "| host (workers) | version | host RSS at the end, MB |",
   "|---|---|---|",
@@ -95,12 +140,13 @@ const table = [
   ...header,
   ...rows,
   ...cpuTable,
+  ...ceilingTable,
   "",
   ...hosts,
 ].join("\n");
 console.log(`\n${table}\n`);
 mkdirSync(join(root, "bench", "results"), { recursive: true });
-writeFileSync(join(root, "bench", "results", "latest.json"), JSON.stringify({ machine, results }, null, 2));
+writeFileSync(join(root, "bench", "results", "latest.json"), JSON.stringify({ machine, results, ceiling }, null, 2));
 writeFileSync(join(root, "bench", "results", "latest.md"), `${table}\n`);
 console.log(
   `Wrote bench/results/latest.json and bench/results/latest.md (${Math.round((performance.now() - started) / 1000)} s)`,
