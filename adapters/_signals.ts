@@ -27,3 +27,11 @@ export function killGroups(groups: readonly number[]): void {
     }
   }
 }
+
+/**
+ * A worker's `killOrphans`: SIGKILLs the groups of the commands it left behind, and its own group when it
+ * was started as a group leader (a Deno worker's commands may share it).
+ */
+export function orphanKiller(ownGroup: boolean, workerPid: number): (pids: readonly number[]) => void {
+  return (pids) => killGroups(ownGroup ? [...pids, workerPid] : pids);
+}

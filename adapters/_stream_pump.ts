@@ -50,6 +50,15 @@ export class StreamPump {
   }
 }
 
+/** Releases the pump of `fd`, or of both outputs when `fd` is not given. */
+export function releasePumps(
+  pumps: readonly [unknown, StreamPump | undefined, StreamPump | undefined],
+  fd?: 1 | 2,
+): void {
+  if (fd !== 2) pumps[1]?.release();
+  if (fd !== 1) pumps[2]?.release();
+}
+
 /** Maps a runtime's thrown spawn error to an errno name. */
 export function errorCode(error: unknown): string {
   const code = (error as { code?: unknown })?.code;

@@ -25,7 +25,7 @@ export const SECRET_BYTES = 32;
 export const HANDSHAKE_TIMEOUT_MS = 30_000;
 
 /** Hex encoding of bytes. */
-export function toHex(bytes: Uint8Array): string {
+function toHex(bytes: Uint8Array): string {
   let out = "";
   for (const byte of bytes) out += byte.toString(16).padStart(2, "0");
   return out;

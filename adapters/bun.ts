@@ -10,10 +10,10 @@ import process from "node:process";
 import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { signalName } from "../core/signals.ts";
-import { killGroups, onTerminateSignal } from "./_signals.ts";
+import { onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { socketChannel } from "./_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
-import { errorCode, StreamPump } from "./_stream_pump.ts";
+import { errorCode, releasePumps, StreamPump } from "./_stream_pump.ts";
 
 type BunStdio = "pipe" | "inherit" | "ignore";
 
@@ -72,7 +72,7 @@ export const bunAdapter: Adapter = {
       channel,
       exited,
       kill: (signal = "SIGTERM") => proc.kill(signal as NodeJS.Signals),
-      killOrphans: (pids) => killGroups(launch.ownGroup ? [...pids, proc.pid] : pids),
+      killOrphans: orphanKiller(launch.ownGroup, proc.pid),
       ref: () => proc.ref(),
       unref: () => proc.unref(),
     };
@@ -149,10 +149,7 @@ export const bunAdapter: Adapter = {
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),
-      release(fd?: StreamFd) {
-        if (fd !== 2) pumps[1]?.release();
-        if (fd !== 1) pumps[2]?.release();
-      },
+      release: (fd?: StreamFd) => releasePumps(pumps, fd),
     };
     return Promise.resolve(child);
   },

@@ -8,8 +8,8 @@
 import process from "node:process";
 import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
-import { killGroups, onTerminateSignal } from "./_signals.ts";
-import { errorCode, StreamPump } from "./_stream_pump.ts";
+import { onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { errorCode, releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
   bootstrapLine,
   handshake,
@@ -52,11 +52,7 @@ function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
   let closed = false;
   const closeConn = () => {
     closed = true;
-    try {
-      conn.close();
-    } catch {
-      // Already closed.
-    }
+    closeQuietly(conn);
   };
   return {
     start(receiver) {
@@ -248,7 +244,7 @@ export const denoAdapter: Adapter = {
           // Exited already (Deno throws where node and bun return false).
         }
       },
-      killOrphans: (pids) => killGroups(launch.ownGroup ? [...pids, child.pid] : pids),
+      killOrphans: orphanKiller(launch.ownGroup, child.pid),
       ref: () => child.ref(),
       unref: () => child.unref(),
     };
@@ -323,10 +319,7 @@ export const denoAdapter: Adapter = {
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),
-      release(fd?: StreamFd) {
-        if (fd !== 2) pumps[1]?.release();
-        if (fd !== 1) pumps[2]?.release();
-      },
+      release: (fd?: StreamFd) => releasePumps(pumps, fd),
     };
     return Promise.resolve(controls);
   },

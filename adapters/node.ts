@@ -10,7 +10,7 @@ import { Socket } from "node:net";
 import process from "node:process";
 import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { killGroups, onTerminateSignal } from "./_signals.ts";
+import { onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { socketChannel } from "./_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 
@@ -73,7 +73,7 @@ export const nodeAdapter: Adapter = {
       channel,
       exited,
       kill: (signal = "SIGTERM") => void child.kill(signal as NodeJS.Signals),
-      killOrphans: (pids) => killGroups(launch.ownGroup ? [...pids, child.pid!] : pids),
+      killOrphans: orphanKiller(launch.ownGroup, child.pid!),
       ref: () => child.ref(),
       unref: () => child.unref(),
     };

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { encodeHeader, type FrameType } from "../core/frame.ts";
 
 /** Whether a process exists and is not a zombie (this machine's init may not reap orphans at once). */
@@ -14,6 +14,31 @@ export function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** A process's direct children, from /proc (empty once it is gone). */
+export function childPids(pid: number): number[] {
+  const found: number[] = [];
+  let tasks: string[] = [];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return found;
+  }
+  for (const task of tasks) {
+    try {
+      const listed = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
+      if (listed) found.push(...listed.split(" ").map(Number));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return found;
+}
+
+/** A process's resident memory in bytes, from /proc. */
+export function rssBytes(pid: number): number {
+  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024;
 }
 
 /** One whole frame as bytes, header and payload, as a worker or an attacker would write it. */

@@ -8,14 +8,14 @@
 
 import assert from "node:assert/strict";
 import { spawn as nodeSpawn, spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError } from "../mod.ts";
-import { alive } from "./_helpers.ts";
+import { alive, childPids, rssBytes } from "./_helpers.ts";
 
 const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
 const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno").split(",") as RuntimeName[];
@@ -32,22 +32,7 @@ function hostArgv(script: string): string[] {
 
 /** A process's descendants, from /proc. */
 function descendants(pid: number): number[] {
-  const found: number[] = [];
-  let tasks: string[] = [];
-  try {
-    tasks = readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return found;
-  }
-  for (const task of tasks) {
-    try {
-      const listed = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
-      for (const child of listed ? listed.split(" ").map(Number) : []) found.push(child, ...descendants(child));
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return found;
+  return childPids(pid).flatMap((child) => [child, ...descendants(child)]);
 }
 
 async function readAll(stream: ReadableStream<Uint8Array> | undefined): Promise<string> {
@@ -252,11 +237,9 @@ for (const runtime of WORKERS) {
 
     it("flow control: a stalled reader of endless output holds memory to the window, and reading resumes", async () => {
       const stall = Number(process.env.SPAWNPOOL_TEST_STALL_MS ?? 1500);
-      const rss = (pid: number) =>
-        Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024;
       await pool.ready();
       const workers = pool.stats().workers.map((w) => w.pid);
-      const worker = (pid: number) => workers.includes(pid) ? rss(pid) : 0;
+      const worker = (pid: number) => workers.includes(pid) ? rssBytes(pid) : 0;
       const child = pool.command("yes", { stdout: "piped", stderr: "null" }).spawn();
       const reader = child.stdout.getReader();
       let read = (await reader.read()).value!.byteLength;

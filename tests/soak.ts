@@ -6,10 +6,11 @@
  */
 
 import { Buffer } from "node:buffer";
-import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
+import { readdirSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { type Pool, SpawnError } from "../mod.ts";
+import { alive, childPids, rssBytes } from "./_helpers.ts";
 
 /** What a soak run saw. */
 export interface SoakReport {
@@ -34,22 +35,8 @@ function fdList(): string[] {
   });
 }
 /** This process's live children (zombies excluded). */
-function children(): number {
-  let count = 0;
-  for (const task of readdirSync(`/proc/${process.pid}/task`)) {
-    const listed = readFileSync(`/proc/${process.pid}/task/${task}/children`, "utf8").trim();
-    for (const pid of listed ? listed.split(" ") : []) {
-      try {
-        if (!/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"))) count++;
-      } catch {
-        // gone
-      }
-    }
-  }
-  return count;
-}
-const rssMB = (pid: number) =>
-  Math.round(Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024);
+const children = (): number => childPids(process.pid).filter(alive).length;
+const rssMB = (pid: number) => Math.round(rssBytes(pid) / 2 ** 20);
 
 /** Runs `spawns` mixed commands through `pool`, `concurrency` at a time. */
 export async function soak(pool: Pool, spawns: number, concurrency: number, scratch: string): Promise<SoakReport> {

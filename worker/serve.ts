@@ -249,7 +249,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       job.timers.push(setTimeout(() => stopFor(job, "timeout", request.killSignal), request.timeout));
     }
     started = true;
-    for (const event of early.splice(0)) event();
+    for (const event of early) event(); // usually none
     for (const op of job.early) {
       if (op === "end" || op instanceof Uint8Array) writeStdin(job, op);
       else if ("release" in op) child.release(op.release);
