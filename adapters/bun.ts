@@ -1,17 +1,16 @@
 /**
- * The Bun adapter: workers are started with `Bun.spawn` and handed a socketpair on fd 3; commands are
- * spawned with `Bun.spawn`.
+ * The Bun adapter: workers are started with `Bun.spawn` and handed a socketpair on fd 3, which both ends
+ * drive through Bun's own socket API; commands are spawned with `Bun.spawn`.
  *
  * @module
  */
 
-import { connect, type Socket } from "node:net";
 import process from "node:process";
 import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { signalName } from "../core/signals.ts";
 import { onTerminateSignal, orphanKiller } from "./_signals.ts";
-import { socketChannel } from "./_socket_channel.ts";
+import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 import { errorCode, releasePumps, StreamPump } from "./_stream_pump.ts";
 
@@ -20,11 +19,6 @@ type BunStdio = "pipe" | "inherit" | "ignore";
 function bunStdio(mode: StdioMode, isStdin: boolean): BunStdio {
   if (mode === "piped") return "pipe";
   return mode === "inherit" && !isStdin ? "inherit" : "ignore";
-}
-
-/** Bun's node:net wraps an inherited fd with `connect({ fd })`; `new Socket({ fd })` does not work there. */
-function socketOnFd(fd: number): Socket {
-  return connect({ fd } as unknown as { path: string });
 }
 
 /** The Bun runtime adapter. */
@@ -65,7 +59,7 @@ export const bunAdapter: Adapter = {
     } else {
       const fd = proc.stdio[3];
       if (typeof fd !== "number") throw new Error("Bun.spawn gave no fd for the worker channel");
-      channel = socketChannel(socketOnFd(fd));
+      channel = await bunSocketChannel(fd);
     }
     return {
       pid: proc.pid,
@@ -80,7 +74,7 @@ export const bunAdapter: Adapter = {
 
   connectToHost(kind) {
     if (kind === "unix") return connectFromBootstrap();
-    return Promise.resolve(socketChannel(socketOnFd(3)));
+    return bunSocketChannel(3);
   },
 
   spawn(request, events) {

@@ -8,6 +8,7 @@
 import process from "node:process";
 import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
+import { writeBatches } from "../core/frame_writer.ts";
 import { onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { errorCode, releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
@@ -26,26 +27,6 @@ import {
 const READ_BYTES = 64 * 1024;
 /** Reads at most this long are copied out of the read buffer; longer ones take it over. */
 const SMALL_READ_BYTES = 16 * 1024;
-/** Parts at most this long are joined into one write; longer ones are written as they are. */
-const SMALL_WRITE_BYTES = 16 * 1024;
-
-/** Groups frame parts into writes: runs of small parts joined, large parts on their own (not copied). */
-function writeBatches(parts: readonly Uint8Array[]): Uint8Array[] {
-  const batches: Uint8Array[] = [];
-  let run: Uint8Array[] = [];
-  for (const part of parts) {
-    if (part.byteLength <= SMALL_WRITE_BYTES) {
-      run.push(part);
-      continue;
-    }
-    if (run.length > 0) batches.push(concatBytes(run));
-    run = [];
-    batches.push(part);
-  }
-  if (run.length > 0) batches.push(concatBytes(run));
-  return batches;
-}
-
 /** A {@linkcode ByteChannel} over a `Deno.Conn`; `initial` holds bytes read past the handshake. */
 function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
   let writing: Promise<void> = Promise.resolve();

@@ -267,13 +267,20 @@ export function decodeExit(payload: Uint8Array): { info: ExitInfo; stdout: Uint8
 export type FrameHandler = (type: number, id: number, payload: Uint8Array) => void;
 
 /**
- * Incremental frame decoder. Payloads of frames that arrive whole in one chunk are zero-copy views of it.
+ * Incremental frame decoder. Payloads of frames that arrive whole in one chunk are zero-copy views of it;
+ * a frame split across chunks is assembled in a buffer of its own size, so each of its bytes is copied
+ * once, and nothing else in the chunks is copied.
  */
 export class FrameDecoder {
-  #chunks: Uint8Array[] = [];
-  #size = 0;
-  #need = 0;
   #onFrame: FrameHandler;
+  /** Header bytes of a frame whose header was split across chunks. */
+  #head = new Uint8Array(HEADER_BYTES);
+  #headFilled = 0;
+  /** The payload being assembled, once its header is known; undefined between frames. */
+  #payload: Uint8Array | undefined;
+  #payloadFilled = 0;
+  #type = 0;
+  #id = 0;
 
   /** Creates a decoder that calls `onFrame` for each complete frame. */
   constructor(onFrame: FrameHandler) {
@@ -282,44 +289,70 @@ export class FrameDecoder {
 
   /** Bytes held while waiting for the rest of a frame. */
   get buffered(): number {
-    return this.#size;
+    return this.#headFilled + this.#payloadFilled;
   }
 
   /** Feeds bytes; throws {@linkcode ProtocolError} on a malformed frame. */
   push(chunk: Uint8Array): void {
-    let data = chunk;
-    if (this.#size > 0) {
-      // Partial frames wait as a list and are joined once, when the whole frame is there.
-      this.#chunks.push(chunk);
-      this.#size += chunk.byteLength;
-      if (this.#size < this.#need) return;
-      data = concatBytes(this.#chunks, this.#size);
-      this.#chunks = [];
-      this.#size = 0;
-    }
-    const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
     let offset = 0;
-    this.#need = HEADER_BYTES;
-    while (data.byteLength - offset >= HEADER_BYTES) {
+    if (this.#headFilled > 0) {
+      offset = Math.min(HEADER_BYTES - this.#headFilled, chunk.byteLength);
+      this.#head.set(chunk.subarray(0, offset), this.#headFilled);
+      this.#headFilled += offset;
+      if (this.#headFilled < HEADER_BYTES) return;
+      this.#headFilled = 0;
+      const view = new DataView(this.#head.buffer);
+      this.#begin(view.getUint32(0), this.#head[4], view.getUint32(5));
+    }
+    if (this.#payload !== undefined) {
+      const payload = this.#payload;
+      const take = Math.min(payload.byteLength - this.#payloadFilled, chunk.byteLength - offset);
+      payload.set(chunk.subarray(offset, offset + take), this.#payloadFilled);
+      this.#payloadFilled += take;
+      offset += take;
+      if (this.#payloadFilled < payload.byteLength) return;
+      this.#payload = undefined;
+      this.#payloadFilled = 0;
+      this.#onFrame(this.#type, this.#id, payload);
+    }
+    const view = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    while (chunk.byteLength - offset >= HEADER_BYTES) {
       const length = view.getUint32(offset);
-      if (length > MAX_PAYLOAD_BYTES) {
-        throw new ProtocolError(`Frame of ${length} bytes exceeds the ${MAX_PAYLOAD_BYTES}-byte limit`);
-      }
-      const end = offset + HEADER_BYTES + length;
-      if (end > data.byteLength) {
-        this.#need = HEADER_BYTES + length;
-        break;
-      }
-      const type = data[offset + 4];
+      const type = chunk[offset + 4];
       const id = view.getUint32(offset + 5);
-      this.#onFrame(type, id, data.subarray(offset + HEADER_BYTES, end));
-      offset = end;
+      const start = offset + HEADER_BYTES;
+      if (start + length > chunk.byteLength) {
+        this.#begin(length, type, id);
+        this.#payload!.set(chunk.subarray(start));
+        this.#payloadFilled = chunk.byteLength - start;
+        return;
+      }
+      checkLength(length);
+      this.#onFrame(type, id, chunk.subarray(start, start + length));
+      offset = start + length;
     }
-    if (offset < data.byteLength) {
-      const rest = data.slice(offset);
-      this.#chunks = [rest];
-      this.#size = rest.byteLength;
+    if (offset < chunk.byteLength) {
+      this.#head.set(chunk.subarray(offset));
+      this.#headFilled = chunk.byteLength - offset;
     }
+  }
+
+  /** Starts a frame whose header is complete: an empty one is delivered, others wait for their payload. */
+  #begin(length: number, type: number, id: number): void {
+    checkLength(length);
+    if (length === 0) {
+      this.#onFrame(type, id, new Uint8Array(0));
+      return;
+    }
+    this.#type = type;
+    this.#id = id;
+    this.#payload = new Uint8Array(length);
+  }
+}
+
+function checkLength(length: number): void {
+  if (length > MAX_PAYLOAD_BYTES) {
+    throw new ProtocolError(`Frame of ${length} bytes exceeds the ${MAX_PAYLOAD_BYTES}-byte limit`);
   }
 }
 

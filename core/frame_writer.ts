@@ -6,7 +6,7 @@
  */
 
 import type { ByteChannel } from "./adapter.ts";
-import { encodeHeader, type FrameType } from "./frame.ts";
+import { concatBytes, encodeHeader, type FrameType } from "./frame.ts";
 
 /** Writes frames to a {@linkcode ByteChannel}, one vectored write per event-loop turn. */
 export class FrameWriter {
@@ -42,4 +42,27 @@ export class FrameWriter {
       queueMicrotask(this.#flush);
     }
   }
+}
+
+/** Parts at most this long are joined into one write; longer ones are written as they are. */
+const SMALL_WRITE_BYTES = 16 * 1024;
+
+/**
+ * Groups frame parts into writes, for transports without vectored writes: runs of small parts joined,
+ * large parts on their own (not copied).
+ */
+export function writeBatches(parts: readonly Uint8Array[]): Uint8Array[] {
+  const batches: Uint8Array[] = [];
+  let run: Uint8Array[] = [];
+  for (const part of parts) {
+    if (part.byteLength <= SMALL_WRITE_BYTES) {
+      run.push(part);
+      continue;
+    }
+    if (run.length > 0) batches.push(concatBytes(run));
+    run = [];
+    batches.push(part);
+  }
+  if (run.length > 0) batches.push(concatBytes(run));
+  return batches;
 }

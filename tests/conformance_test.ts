@@ -7,6 +7,7 @@
  */
 
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { spawn as nodeSpawn, spawnSync } from "node:child_process";
 import { chmodSync, mkdtempSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -336,6 +337,16 @@ for (const runtime of WORKERS) {
       }
       assert.equal(mismatch, -1, "every sampled byte is where the pattern puts it");
       assert.equal(seen, total);
+      assert.equal(await proc.exited, 0);
+    });
+
+    it("8 MB of stdin in one write, more than a socket takes at once, comes back through cat intact", async () => {
+      const input = new Uint8Array(8 * 1024 * 1024).map((_, i) => (i * 7 + (i >> 11)) & 0xff);
+      const proc = pool.spawn(["cat"], { stdin: "pipe" });
+      proc.stdin!.write(input);
+      const echoed = new Response(proc.stdout).arrayBuffer();
+      await proc.stdin!.end();
+      assert.ok(Buffer.from(await echoed).equals(input), "the bytes come back unchanged and in order");
       assert.equal(await proc.exited, 0);
     });
 

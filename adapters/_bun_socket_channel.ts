@@ -1,0 +1,86 @@
+/**
+ * A {@linkcode ByteChannel} over Bun's own socket API (`Bun.connect({ fd })`) on an inherited socketpair
+ * end. Bun's `node:net` is a stream layer on top of the same sockets; going under it saves the stream
+ * machinery on every read and write, on both ends of a Bun host's or Bun worker's channel.
+ *
+ * Bun's `socket.write` writes what the kernel takes and returns the count; the rest waits here, in order,
+ * until the socket drains.
+ *
+ * @module
+ */
+
+import type { ByteChannel, ChannelReceiver } from "../core/adapter.ts";
+import { writeBatches } from "../core/frame_writer.ts";
+
+/** Wraps the connected socket on `fd`; resolves once Bun has adopted it. */
+export async function bunSocketChannel(fd: number): Promise<ByteChannel> {
+  let receiver: ChannelReceiver | undefined;
+  /** Bytes that arrived before `start`. */
+  const early: Uint8Array[] = [];
+  let closed = false;
+  let failure: Error | undefined;
+  /** Bytes the kernel did not take yet, oldest first; `queue[0]` is partly written up to `queued`. */
+  const queue: Uint8Array[] = [];
+  const finish = () => {
+    if (closed) return;
+    closed = true;
+    queue.length = 0;
+    receiver?.close(failure);
+  };
+  const flush = (socket: Bun.Socket) => {
+    while (queue.length > 0) {
+      const head = queue[0];
+      const written = socket.write(head);
+      if (written < 0) return;
+      if (written < head.byteLength) {
+        queue[0] = head.subarray(written);
+        return;
+      }
+      queue.shift();
+    }
+  };
+  const handler: Bun.SocketHandler<undefined, "uint8array"> = {
+    binaryType: "uint8array",
+    data(_socket, chunk) {
+      if (receiver) receiver.data(chunk);
+      else early.push(chunk);
+    },
+    drain: flush,
+    error(_socket, error) {
+      failure = error;
+    },
+    close(_socket, error) {
+      failure ??= error;
+      finish();
+    },
+    connectError(_socket, error) {
+      failure = error;
+      finish();
+    },
+  };
+  // bun-types describes `unix` and `hostname` targets only; Bun also adopts a connected socket's fd.
+  const socket = await Bun.connect({ fd, socket: handler } as unknown as Bun.UnixSocketOptions);
+  return {
+    start(r) {
+      receiver = r;
+      for (const chunk of early.splice(0)) r.data(chunk);
+      if (closed) r.close(failure);
+    },
+    write(chunks) {
+      if (closed) return;
+      for (const batch of writeBatches(chunks)) if (batch.byteLength > 0) queue.push(batch);
+      flush(socket);
+    },
+    close() {
+      if (closed) return;
+      socket.terminate();
+      finish();
+    },
+    ref() {
+      socket.ref();
+    },
+    unref() {
+      socket.unref();
+    },
+  };
+}
