@@ -77,12 +77,83 @@ export interface PendingWorker {
 }
 
 /**
- * Listens on a fresh private socket for one worker.
+ * What a listener's transport does for {@linkcode pendingWorker}: the one waiting, checking and timing
+ * logic, whatever the socket API.
+ */
+export interface HandshakeTransport<Conn> {
+  /** Calls `onConnection` for every accepted connection until {@linkcode HandshakeTransport.close}. */
+  listen(onConnection: (conn: Conn) => void): void;
+  /**
+   * Reads a connection's first {@linkcode SECRET_BYTES} bytes (`head`, shorter if it ended first) and any
+   * bytes read past them (`rest`), after which the connection delivers nothing until made a channel.
+   */
+  readSecret(conn: Conn): Promise<{ head: Uint8Array; rest: Uint8Array }>;
+  /** The channel over an authenticated connection; `rest` holds its first bytes. */
+  channel(conn: Conn, rest: Uint8Array): ByteChannel;
+  /** Closes a connection that is not (or no longer) wanted. */
+  drop(conn: Conn): void;
+  /** Stops listening and removes any socket file. */
+  close(): void;
+}
+
+/**
+ * A listener waiting for one worker at `path`. Every connection is read on its own, so one that never
+ * sends its secret cannot hold up the worker's; the first to present `secret` becomes the channel, and
+ * whatever else is pending when the wait ends is closed, as is the listener.
+ */
+export function pendingWorker<Conn>(
+  path: string,
+  secret: Uint8Array,
+  transport: HandshakeTransport<Conn>,
+): PendingWorker {
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    transport.close();
+  };
+  return {
+    bootstrapLine: bootstrapLine(path, secret),
+    close,
+    accept(exited) {
+      return new Promise<ByteChannel>((resolve, reject) => {
+        const pending = new Set<Conn>();
+        let done = false;
+        const finish = (error: Error | undefined, channel?: ByteChannel) => {
+          if (done) return;
+          done = true;
+          clearTimeout(timer);
+          for (const conn of pending) transport.drop(conn);
+          pending.clear();
+          close();
+          if (error) reject(error);
+          else resolve(channel!);
+        };
+        const timer = setTimeout(() => finish(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
+        void exited.then(() => finish(new Error("Worker exited before connecting")));
+        transport.listen((conn) => {
+          if (done) return transport.drop(conn);
+          pending.add(conn);
+          transport.readSecret(conn).then(({ head, rest }) => {
+            pending.delete(conn);
+            if (!done && sameBytes(head, secret)) finish(undefined, transport.channel(conn, rest));
+            else transport.drop(conn);
+          }, () => {
+            pending.delete(conn);
+            transport.drop(conn);
+          });
+        });
+      });
+    },
+  };
+}
+
+/**
+ * Listens on a fresh private socket for one worker, with `node:net` (Node and Bun hosts).
  *
  * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
  */
 export async function listenForWorker(abstract: boolean = process.platform === "linux"): Promise<PendingWorker> {
-  const secret = newSecret();
   const { path, dir } = privateSocketPath(abstract);
   const server: Server = createServer();
   await new Promise<void>((resolve, reject) => {
@@ -92,53 +163,33 @@ export async function listenForWorker(abstract: boolean = process.platform === "
       resolve();
     });
   });
-  const close = () => {
-    server.close();
-    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
-  };
-  return {
-    bootstrapLine: bootstrapLine(path, secret),
-    close,
-    accept(exited) {
-      return new Promise<ByteChannel>((resolve, reject) => {
-        const timer = setTimeout(() => finish(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
-        let done = false;
-        // Connections that have not (yet) presented the secret; closed once the wait is over.
-        const pending = new Set<Socket>();
-        const finish = (error: Error | undefined, channel?: ByteChannel) => {
-          if (done) return;
-          done = true;
-          clearTimeout(timer);
-          for (const socket of pending) socket.destroy();
-          pending.clear();
-          close();
-          if (error) reject(error);
-          else resolve(channel!);
+  return pendingWorker<Socket>(path, newSecret(), {
+    listen: (onConnection) => server.on("connection", onConnection),
+    readSecret: (socket) =>
+      new Promise((resolve, reject) => {
+        let head = new Uint8Array(0);
+        socket.on("error", () => {});
+        socket.once("close", reject);
+        const onData = (chunk: Uint8Array) => {
+          const joined = new Uint8Array(head.byteLength + chunk.byteLength);
+          joined.set(head);
+          joined.set(chunk, head.byteLength);
+          head = joined;
+          if (head.byteLength < SECRET_BYTES) return;
+          socket.off("data", onData);
+          socket.off("close", reject);
+          socket.pause();
+          resolve({ head: head.subarray(0, SECRET_BYTES), rest: head.slice(SECRET_BYTES) });
         };
-        void exited.then(() => finish(new Error("Worker exited before connecting")));
-        server.on("connection", (socket: Socket) => {
-          if (done) return void socket.destroy();
-          pending.add(socket);
-          socket.once("close", () => pending.delete(socket));
-          let head = new Uint8Array(0);
-          socket.on("error", () => {});
-          const onData = (chunk: Uint8Array) => {
-            const joined = new Uint8Array(head.byteLength + chunk.byteLength);
-            joined.set(head);
-            joined.set(chunk, head.byteLength);
-            head = joined;
-            if (head.byteLength < SECRET_BYTES) return;
-            socket.off("data", onData);
-            socket.pause();
-            pending.delete(socket);
-            if (done || !sameBytes(head.subarray(0, SECRET_BYTES), secret)) return void socket.destroy();
-            finish(undefined, socketChannel(socket, head.slice(SECRET_BYTES)));
-          };
-          socket.on("data", onData);
-        });
-      });
+        socket.on("data", onData);
+      }),
+    channel: (socket, rest) => socketChannel(socket, rest),
+    drop: (socket) => socket.destroy(),
+    close() {
+      server.close();
+      if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
     },
-  };
+  });
 }
 
 /** Worker side: reads the bootstrap line from stdin and lets stdin go. */

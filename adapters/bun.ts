@@ -37,7 +37,7 @@ export const bunAdapter: Adapter = {
       proc = Bun.spawn({
         cmd: [launch.execPath, ...launch.args],
         stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
-        env: { ...process.env, ...launch.env, SPAWNPOOL_CHANNEL: launch.channel },
+        env: { ...process.env, SPAWNPOOL_CHANNEL: launch.channel },
         detached: launch.ownGroup,
       });
     } catch (error) {

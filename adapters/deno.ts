@@ -12,15 +12,13 @@ import { writeBatches } from "../core/frame_writer.ts";
 import { onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { errorCode, releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
-  bootstrapLine,
   handshake,
-  HANDSHAKE_TIMEOUT_MS,
   newSecret,
   parseBootstrap,
   type PendingWorker,
+  pendingWorker,
   privateSocketPath,
   readBootstrapLine,
-  sameBytes,
   SECRET_BYTES,
 } from "./_unix_handshake.ts";
 
@@ -107,60 +105,26 @@ async function readSecret(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Ui
  * close-on-exec), so the Deno host listens with `Deno.listen`, whose sockets are not.
  */
 function listenForWorker(): PendingWorker {
-  const secret = newSecret();
   const { path, dir } = privateSocketPath(Deno.build.os === "linux");
   const listener = Deno.listen({ transport: "unix", path });
-  let closed = false;
-  const close = () => {
-    if (closed) return;
-    closed = true;
-    listener.close();
-    if (dir !== undefined) Deno.removeSync(dir, { recursive: true });
-  };
-  return {
-    bootstrapLine: bootstrapLine(path, secret),
-    close,
-    accept(exited) {
-      // Every connection is read on its own, so one that never sends its secret cannot hold up the worker's;
-      // whatever is still pending when the worker is in (or the wait ends) is closed.
-      return new Promise<ByteChannel>((resolve, reject) => {
-        const pending = new Set<Deno.Conn>();
-        let done = false;
-        const finish = (error: Error | undefined, channel?: ByteChannel) => {
-          if (done) return;
-          done = true;
-          clearTimeout(timer);
-          for (const conn of pending) closeQuietly(conn);
-          pending.clear();
-          close();
-          if (error) reject(error);
-          else resolve(channel!);
-        };
-        const timer = setTimeout(() => finish(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
-        void exited.then(() => finish(new Error("Worker exited before connecting")));
-        void (async () => {
-          while (!done) {
-            let conn: Deno.Conn;
-            try {
-              conn = await listener.accept();
-            } catch {
-              return; // the listener closed
-            }
-            if (done) return closeQuietly(conn);
-            pending.add(conn);
-            readSecret(conn).then(({ head, rest }) => {
-              pending.delete(conn);
-              if (!done && sameBytes(head, secret)) finish(undefined, connChannel(conn, rest));
-              else closeQuietly(conn);
-            }, () => {
-              pending.delete(conn);
-              closeQuietly(conn);
-            });
-          }
-        })();
-      });
+  return pendingWorker<Deno.Conn>(path, newSecret(), {
+    async listen(onConnection) {
+      while (true) {
+        try {
+          onConnection(await listener.accept());
+        } catch {
+          return; // the listener closed
+        }
+      }
     },
-  };
+    readSecret,
+    channel: connChannel,
+    drop: closeQuietly,
+    close() {
+      listener.close();
+      if (dir !== undefined) Deno.removeSync(dir, { recursive: true });
+    },
+  });
 }
 
 /** The Deno runtime adapter. */
@@ -194,7 +158,7 @@ export const denoAdapter: Adapter = {
     try {
       child = new Deno.Command(launch.execPath, {
         args: launch.args,
-        env: { ...launch.env, SPAWNPOOL_CHANNEL: "unix" },
+        env: { SPAWNPOOL_CHANNEL: "unix" },
         detached: launch.ownGroup,
         stdin: "piped",
         stdout: "inherit",

@@ -51,7 +51,7 @@ export const nodeAdapter: Adapter = {
     const pending = launch.channel === "unix" ? await listenForWorker() : undefined;
     const child = spawn(launch.execPath, launch.args, {
       stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
-      env: { ...process.env, ...launch.env, SPAWNPOOL_CHANNEL: launch.channel },
+      env: { ...process.env, SPAWNPOOL_CHANNEL: launch.channel },
       detached: launch.ownGroup,
     });
     const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));

@@ -82,7 +82,6 @@ export function currentPlatform(): Platform {
         runtime: workerRuntime,
         execPath: execPath ?? defaultExecPath(workerRuntime, runtime),
         args: worker.workerArgs(WORKER_ENTRY),
-        env: {},
         channel: adapterFor(runtime).socketpair.host && worker.socketpair.worker ? "fd3" : "unix",
         // Deno workers give commands a group of their own only when needed (it is slow there); the rest
         // share the worker's group.

@@ -15,11 +15,12 @@
 
 import { Buffer } from "node:buffer";
 import { spawn as nodeSpawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { Pool, type RuntimeName } from "../mod.ts";
+import { catFixtureBytes, median, writeCatFixture } from "./_fixture.mjs";
 
 const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
 const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 300);
@@ -27,9 +28,8 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const WORKERS = (process.env.BENCH_WORKERS ?? HOST) as RuntimeName;
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-bench-"));
-const catFile = join(scratch, "163k.bin");
-const catBytes = Buffer.from(Buffer.alloc(163 * 1024).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
-writeFileSync(catFile, catBytes);
+const catFile = writeCatFixture(scratch);
+const catBytes = Buffer.from(catFixtureBytes());
 
 interface Workload {
   name: string;
@@ -67,7 +67,6 @@ const pool = new Pool({ runtime: WORKERS });
 const pooled: Spawner = (w) => pool.command(w.cmd, { args: w.args, stderr: "null" }).output().then((o) => o.stdout);
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))];
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** Samples how late a 1 ms timer fires until stopped. */
 function lagSampler(): () => number[] {

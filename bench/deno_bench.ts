@@ -5,9 +5,9 @@
  */
 
 import { Pool } from "../mod.ts";
+import { writeCatFixture } from "./_fixture.mjs";
 
-const catFile = Deno.makeTempFileSync({ suffix: ".bin" });
-Deno.writeFileSync(catFile, new Uint8Array(163 * 1024).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
+const catFile = writeCatFixture(Deno.makeTempDirSync());
 const workloads = { "echo": ["echo", "hi"], "cat 163 KB": ["cat", catFile] } as const;
 
 const pools: Array<[string, Pool]> = [["pool (deno workers)", new Pool({ runtime: "deno" })]];

@@ -9,6 +9,7 @@ import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { bin, ensureInstalled, root } from "../tools/setup.mjs";
+import { writeCatFixture } from "./_fixture.mjs";
 
 const SECONDS = Number(process.env.BENCH_HTTP_SECONDS ?? 8);
 const CONNECTIONS = 30;
@@ -66,8 +67,7 @@ if (generator === undefined) {
 ensureInstalled();
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-http-"));
-const catFile = join(scratch, "163k.bin");
-writeFileSync(catFile, Buffer.alloc(163 * 1024).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
+const catFile = writeCatFixture(scratch);
 
 const hosts = [
   { label: "deno", cmd: "deno", args: ["run", "-A", "--quiet", "bench/http_server.ts"] },

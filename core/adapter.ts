@@ -40,8 +40,6 @@ export interface WorkerLaunch {
   execPath: string;
   /** Full argument list after the program (runtime flags, the entry script). */
   args: string[];
-  /** Variables to add to the worker's environment. */
-  env: Record<string, string>;
   /** How the worker reaches the host. */
   channel: ChannelKind;
   /**

@@ -6,9 +6,9 @@
  */
 
 import { Buffer } from "node:buffer";
-import { readdirSync, readlinkSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { readdirSync, readlinkSync } from "node:fs";
 import process from "node:process";
+import { catFixtureBytes, writeCatFixture } from "../bench/_fixture.mjs";
 import { type Pool, SpawnError } from "../mod.ts";
 import { alive, childPids, rssBytes } from "./_helpers.ts";
 
@@ -40,9 +40,8 @@ const rssMB = (pid: number) => Math.round(rssBytes(pid) / 2 ** 20);
 
 /** Runs `spawns` mixed commands through `pool`, `concurrency` at a time. */
 export async function soak(pool: Pool, spawns: number, concurrency: number, scratch: string): Promise<SoakReport> {
-  const catFile = join(scratch, "163k.bin");
-  const catBytes = Buffer.from(Buffer.alloc(163 * 1024).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
-  writeFileSync(catFile, catBytes);
+  const catFile = writeCatFixture(scratch);
+  const catBytes = Buffer.from(catFixtureBytes());
   await pool.ready();
   const workers = pool.stats().workers.map((w) => w.pid);
   const wrong: string[] = [];

@@ -4,6 +4,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
+import { median, writeCatFixture } from "../bench/_fixture.mjs";
 import { bin, ensureInstalled, root } from "./setup.mjs";
 
 ensureInstalled();
@@ -62,9 +63,7 @@ function spawnCeiling() {
     } catch {
       return undefined; // no C compiler: the table goes without this reference
     }
-    const catFile = join(scratch, "163k.bin");
-    writeFileSync(catFile, Buffer.alloc(163 * 1024).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
-    const median = (xs) => [...xs].sort((a, b) => a - b)[1];
+    const catFile = writeCatFixture(scratch);
     return [["echo", ["echo", "hi"]], ["cat 163 KB", ["cat", catFile]]].map(([workload, command]) => {
       const runs = [0, 1, 2].map(() => JSON.parse(execFileSync(exe, ["1000", "30", ...command], { encoding: "utf8" })));
       const selfUs = median(runs.map((r) => r.selfUs));

@@ -1,0 +1,41 @@
+/**
+ * What every benchmark shares: the deterministic 163 KB file they `cat`, and the median they report.
+ * Plain JavaScript, so that the Node scripts under tools/ import it on any Node as well as Deno, Bun and
+ * the TypeScript benchmarks.
+ *
+ * @module
+ */
+
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+/** Size of the cat fixture in bytes. */
+export const CAT_BYTES = 163 * 1024;
+
+/**
+ * The cat fixture's bytes: byte `i` is `(31 i + ⌊i / 256⌋) mod 256`, so no run of it repeats a block.
+ * @returns {Uint8Array}
+ */
+export function catFixtureBytes() {
+  return new Uint8Array(CAT_BYTES).map((_, i) => (i * 31 + (i >> 8)) & 0xff);
+}
+
+/**
+ * Writes the cat fixture as `163k.bin` in `dir`.
+ * @param {string} dir
+ * @returns {string} the file's path
+ */
+export function writeCatFixture(dir) {
+  const file = join(dir, "163k.bin");
+  writeFileSync(file, catFixtureBytes());
+  return file;
+}
+
+/**
+ * The median of `xs` (the upper one of an even count).
+ * @param {readonly number[]} xs
+ * @returns {number}
+ */
+export function median(xs) {
+  return [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+}
