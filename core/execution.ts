@@ -78,6 +78,45 @@ export interface OutputControls {
   window: number;
 }
 
+/**
+ * Credits in batches: bytes a consumer took are credited once they reach half the window (or at once
+ * when asked), so a stream read chunk by chunk does not send the worker a frame per chunk.
+ */
+export class CreditBatch {
+  readonly #credit: (bytes: number) => void;
+  readonly #threshold: number;
+  #held = 0;
+
+  /** Creates a batch for the stream `controls` belong to. */
+  constructor(controls: OutputControls) {
+    this.#credit = controls.credit;
+    this.#threshold = Math.max(1, controls.window >> 1);
+  }
+
+  /** Counts `bytes` as taken, without crediting them yet. */
+  hold(bytes: number): void {
+    this.#held += bytes;
+  }
+
+  /** Credits what is held if it has reached half the window. */
+  flushIfFull(): void {
+    if (this.#held >= this.#threshold) this.flush();
+  }
+
+  /** Credits what is held. */
+  flush(): void {
+    if (this.#held === 0) return;
+    const bytes = this.#held;
+    this.#held = 0;
+    this.#credit(bytes);
+  }
+
+  /** Forgets what is held: the stream is gone. */
+  drop(): void {
+    this.#held = 0;
+  }
+}
+
 /** Creates the sink of one streamed output. */
 export type OutputSinkFactory = (fd: StreamFd, controls: OutputControls) => OutputSink;
 
@@ -88,11 +127,9 @@ class OutputStream implements OutputSink {
   #ended = false;
   #error: unknown;
   #waiting: (() => void) | undefined;
-  #uncredited = 0;
 
   constructor(controls: OutputControls) {
-    const { credit, window } = controls;
-    const threshold = Math.max(1, window >> 1);
+    const credits = new CreditBatch(controls);
     this.readable = new ReadableStream<Uint8Array>({
       pull: async (controller) => {
         while (this.#queue.length === 0 && !this.#ended && this.#error === undefined) {
@@ -101,11 +138,9 @@ class OutputStream implements OutputSink {
         const chunk = this.#queue.shift();
         if (chunk !== undefined) {
           controller.enqueue(chunk);
-          this.#uncredited += chunk.byteLength;
-          if (this.#uncredited >= threshold || this.#queue.length === 0) {
-            credit(this.#uncredited);
-            this.#uncredited = 0;
-          }
+          credits.hold(chunk.byteLength);
+          if (this.#queue.length === 0) credits.flush();
+          else credits.flushIfFull();
           return;
         }
         if (this.#error !== undefined) controller.error(this.#error);

@@ -13,7 +13,7 @@ import process from "node:process";
 import { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { SpawnError } from "../core/errors.ts";
-import { Execution, type OutputControls, type OutputSink, type Scheduler } from "../core/execution.ts";
+import { CreditBatch, Execution, type OutputControls, type OutputSink, type Scheduler } from "../core/execution.ts";
 import type { ExitInfo, StdioMode, StreamFd } from "../core/frame.ts";
 import { buildRequest } from "../core/options.ts";
 import { signalName } from "../core/signals.ts";
@@ -323,23 +323,22 @@ function warnNative(reason: string): void {
 /** A readable child output as a Node stream; credits the worker as the consumer reads. */
 class OutputReadable extends Readable {
   readonly #controls: OutputControls;
-  readonly #threshold: number;
-  #held = 0;
+  readonly #credits: CreditBatch;
 
   constructor(controls: OutputControls) {
     super();
     this.#controls = controls;
-    this.#threshold = Math.max(1, controls.window >> 1);
+    this.#credits = new CreditBatch(controls);
   }
 
   override _read(): void {
-    this.#release();
+    this.#credits.flush();
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     // Destroyed before its end: close the pipe in the worker, as destroying a pipe's read end does.
     if (!this.readableEnded) this.#controls.release();
-    this.#held = 0;
+    this.#credits.drop();
     callback(error);
   }
 
@@ -348,20 +347,13 @@ class OutputReadable extends Readable {
       this.#controls.credit(chunk.byteLength); // in flight before the release; nobody reads it
       return;
     }
-    this.#held += chunk.byteLength;
-    const more = this.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
-    if (more && this.#held >= this.#threshold) this.#release();
+    // Credited in batches while Node's buffer takes more; past its high-water mark, once it asks to _read.
+    this.#credits.hold(chunk.byteLength);
+    if (this.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength))) this.#credits.flushIfFull();
   }
 
   finish(): void {
     if (!this.destroyed && !this.readableEnded) this.push(null);
-  }
-
-  #release(): void {
-    if (this.#held === 0) return;
-    const bytes = this.#held;
-    this.#held = 0;
-    this.#controls.credit(bytes);
   }
 }
 
