@@ -42,12 +42,17 @@ export async function bunSocketChannel(fd: number): Promise<ByteChannel> {
   const handler: Bun.SocketHandler<undefined, "uint8array"> = {
     binaryType: "uint8array",
     data(_socket, chunk) {
+      if (closed) return;
       if (receiver) receiver.data(chunk);
       else early.push(chunk);
     },
     drain: flush,
-    error(_socket, error) {
-      failure = error;
+    // Bun reports a socket error here, and also an exception a handler threw (the receiver's): either way the
+    // channel is no longer usable.
+    error(socket, error) {
+      failure ??= error;
+      socket.terminate();
+      finish();
     },
     close(_socket, error) {
       failure ??= error;
@@ -62,9 +67,15 @@ export async function bunSocketChannel(fd: number): Promise<ByteChannel> {
   const socket = await Bun.connect({ fd, socket: handler } as unknown as Bun.UnixSocketOptions);
   return {
     start(r) {
+      // Bytes and a close that came before `start` are delivered now, in order; a close the receiver itself
+      // causes meanwhile (bad bytes) stops the delivery and is reported by `finish`, once.
+      const closedBefore = closed;
       receiver = r;
-      for (const chunk of early.splice(0)) r.data(chunk);
-      if (closed) r.close(failure);
+      for (const chunk of early.splice(0)) {
+        if (closed && !closedBefore) return;
+        r.data(chunk);
+      }
+      if (closedBefore) r.close(failure);
     },
     write(chunks) {
       if (closed) return;

@@ -57,9 +57,14 @@ export const bunAdapter: Adapter = {
         kill: () => proc.kill("SIGKILL"),
       });
     } else {
-      const fd = proc.stdio[3];
-      if (typeof fd !== "number") throw new Error("Bun.spawn gave no fd for the worker channel");
-      channel = await bunSocketChannel(fd);
+      try {
+        const fd = proc.stdio[3];
+        if (typeof fd !== "number") throw new Error("Bun.spawn gave no fd for the worker channel");
+        channel = await bunSocketChannel(fd);
+      } catch (error) {
+        proc.kill("SIGKILL");
+        throw error;
+      }
     }
     return {
       pid: proc.pid,

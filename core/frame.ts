@@ -289,7 +289,7 @@ export class FrameDecoder {
 
   /** Bytes held while waiting for the rest of a frame. */
   get buffered(): number {
-    return this.#headFilled + this.#payloadFilled;
+    return this.#headFilled + (this.#payload === undefined ? 0 : HEADER_BYTES + this.#payloadFilled);
   }
 
   /** Feeds bytes; throws {@linkcode ProtocolError} on a malformed frame. */
