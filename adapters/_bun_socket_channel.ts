@@ -19,7 +19,7 @@ export async function bunSocketChannel(fd: number): Promise<ByteChannel> {
   const early: Uint8Array[] = [];
   let closed = false;
   let failure: Error | undefined;
-  /** Bytes the kernel did not take yet, oldest first; `queue[0]` is partly written up to `queued`. */
+  /** Bytes the kernel did not take yet, oldest first (a partly written head is kept as its unwritten rest). */
   const queue: Uint8Array[] = [];
   const finish = () => {
     if (closed) return;
@@ -79,7 +79,7 @@ export async function bunSocketChannel(fd: number): Promise<ByteChannel> {
     },
     write(chunks) {
       if (closed) return;
-      for (const batch of writeBatches(chunks)) if (batch.byteLength > 0) queue.push(batch);
+      queue.push(...writeBatches(chunks));
       flush(socket);
     },
     close() {
