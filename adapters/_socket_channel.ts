@@ -1,24 +1,21 @@
 /**
- * A {@linkcode ByteChannel} over a `node:net` socket: the socketpair on fd 3, or a unix socket. Used by
- * the Node and Bun adapters on both sides, and by Deno workers started by a Node or Bun host.
+ * {@linkcode ByteChannel}s over `node:net` sockets: the socketpair on fd 3, or a unix socket. Used by the
+ * Node and Bun adapters, and by Deno workers started by a Node or Bun host.
  *
  * @module
  */
 
-import type { Socket } from "node:net";
-import type { ByteChannel } from "../core/adapter.ts";
+import type { OnReadOpts, Socket } from "node:net";
+import type { ByteChannel, ChannelReceiver } from "../core/adapter.ts";
 
-/** Wraps a connected socket; `initial` holds bytes already read from it. */
-export function socketChannel(socket: Socket, initial?: Uint8Array): ByteChannel {
-  return {
-    start(receiver) {
-      let failure: Error | undefined;
-      if (initial !== undefined && initial.byteLength > 0) receiver.data(initial);
-      socket.on("data", (chunk: Uint8Array) => receiver.data(chunk));
-      socket.on("error", (error: Error) => (failure = error));
-      socket.on("close", () => receiver.close(failure));
-      socket.resume();
-    },
+/** The read buffer of a lending channel: more than a unix socket delivers in one read (about 208 KiB). */
+const LENDING_READ_BYTES = 256 * 1024;
+
+/** Everything but reading: writes are corked into one vectored write. */
+function socketChannelOf(socket: Socket, start: (receiver: ChannelReceiver) => void, lendsChunks: boolean) {
+  const channel: ByteChannel = {
+    lendsChunks,
+    start,
     write(chunks) {
       if (socket.destroyed) return;
       socket.cork();
@@ -33,6 +30,53 @@ export function socketChannel(socket: Socket, initial?: Uint8Array): ByteChannel
     },
     unref() {
       socket.unref();
+    },
+  };
+  return channel;
+}
+
+/** Reports the socket's close to `receiver`, with the error that caused it, if any. */
+function reportClose(socket: Socket, receiver: ChannelReceiver): void {
+  let failure: Error | undefined;
+  socket.on("error", (error: Error) => (failure = error));
+  socket.on("close", () => receiver.close(failure));
+}
+
+/** Wraps a connected socket; `initial` holds bytes already read from it. */
+export function socketChannel(socket: Socket, initial?: Uint8Array): ByteChannel {
+  return socketChannelOf(socket, (receiver) => {
+    if (initial !== undefined && initial.byteLength > 0) receiver.data(initial);
+    socket.on("data", (chunk: Uint8Array) => receiver.data(chunk));
+    reportClose(socket, receiver);
+    socket.resume();
+  }, false);
+}
+
+/**
+ * A channel over a socket that reads into one buffer it reuses (`net.connect`'s `onread`), so Node does
+ * not allocate, shrink and later collect a buffer per read. Its chunks are lent
+ * ({@linkcode ByteChannel.lendsChunks}). Pass `onread` to `net.connect`, then `attach` the socket.
+ */
+export function lendingSocketChannel(): { onread: OnReadOpts; attach(socket: Socket): ByteChannel } {
+  let receiver: ChannelReceiver | undefined;
+  /** Copies of what arrived before `start`: the lent buffer is overwritten by the next read. */
+  const early: Uint8Array[] = [];
+  return {
+    onread: {
+      buffer: new Uint8Array(LENDING_READ_BYTES),
+      callback(bytes, buffer) {
+        if (receiver !== undefined) receiver.data(buffer.subarray(0, bytes));
+        else early.push(buffer.slice(0, bytes));
+        return true; // keep reading
+      },
+    },
+    attach(socket) {
+      return socketChannelOf(socket, (started) => {
+        for (const chunk of early.splice(0)) started.data(chunk);
+        receiver = started;
+        reportClose(socket, started);
+        socket.resume();
+      }, true);
     },
   };
 }

@@ -11,7 +11,7 @@
  */
 
 import { mkdtempSync, rmSync } from "node:fs";
-import { connect, createServer, type Server, type Socket } from "node:net";
+import { connect, createServer, type OnReadOpts, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -66,12 +66,12 @@ export function privateSocketPath(abstract: boolean): { path: string; dir?: stri
   return { path: join(dir, "s"), dir };
 }
 
-/** A listener waiting for one worker. */
-export interface PendingWorker {
+/** A listener waiting for one worker; `Out` is what an authenticated connection becomes. */
+export interface PendingWorker<Out = ByteChannel> {
   /** The line to write to the worker's stdin. */
   bootstrapLine: string;
-  /** Resolves with the authenticated channel; rejects when `exited` settles or the timeout passes first. */
-  accept(exited: Promise<unknown>): Promise<ByteChannel>;
+  /** Resolves with the authenticated connection; rejects when `exited` settles or the timeout passes first. */
+  accept(exited: Promise<unknown>): Promise<Out>;
   /** Stops listening and removes any socket file. */
   close(): void;
 }
@@ -80,7 +80,7 @@ export interface PendingWorker {
  * What a listener's transport does for {@linkcode pendingWorker}: the one waiting, checking and timing
  * logic, whatever the socket API.
  */
-export interface HandshakeTransport<Conn> {
+export interface HandshakeTransport<Conn, Out = ByteChannel> {
   /** Calls `onConnection` for every accepted connection until {@linkcode HandshakeTransport.close}. */
   listen(onConnection: (conn: Conn) => void): void;
   /**
@@ -88,8 +88,8 @@ export interface HandshakeTransport<Conn> {
    * bytes read past them (`rest`), after which the connection delivers nothing until made a channel.
    */
   readSecret(conn: Conn): Promise<{ head: Uint8Array; rest: Uint8Array }>;
-  /** The channel over an authenticated connection; `rest` holds its first bytes. */
-  channel(conn: Conn, rest: Uint8Array): ByteChannel;
+  /** What an authenticated connection becomes (a channel); `rest` holds its first bytes. */
+  accepted(conn: Conn, rest: Uint8Array): Out;
   /** Closes a connection that is not (or no longer) wanted. */
   drop(conn: Conn): void;
   /** Stops listening and removes any socket file. */
@@ -101,11 +101,11 @@ export interface HandshakeTransport<Conn> {
  * sends its secret cannot hold up the worker's; the first to present `secret` becomes the channel, and
  * whatever else is pending when the wait ends is closed, as is the listener.
  */
-export function pendingWorker<Conn>(
+export function pendingWorker<Conn, Out = ByteChannel>(
   path: string,
   secret: Uint8Array,
-  transport: HandshakeTransport<Conn>,
-): PendingWorker {
+  transport: HandshakeTransport<Conn, Out>,
+): PendingWorker<Out> {
   let closed = false;
   const close = () => {
     if (closed) return;
@@ -116,10 +116,10 @@ export function pendingWorker<Conn>(
     bootstrapLine: bootstrapLine(path, secret),
     close,
     accept(exited) {
-      return new Promise<ByteChannel>((resolve, reject) => {
+      return new Promise<Out>((resolve, reject) => {
         const pending = new Set<Conn>();
         let done = false;
-        const finish = (error: Error | undefined, channel?: ByteChannel) => {
+        const finish = (error: Error | undefined, out?: Out) => {
           if (done) return;
           done = true;
           clearTimeout(timer);
@@ -127,7 +127,7 @@ export function pendingWorker<Conn>(
           pending.clear();
           close();
           if (error) reject(error);
-          else resolve(channel!);
+          else resolve(out!);
         };
         const timer = setTimeout(() => finish(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
         void exited.then(() => finish(new Error("Worker exited before connecting")));
@@ -136,7 +136,7 @@ export function pendingWorker<Conn>(
           pending.add(conn);
           transport.readSecret(conn).then(({ head, rest }) => {
             pending.delete(conn);
-            if (!done && sameBytes(head, secret)) finish(undefined, transport.channel(conn, rest));
+            if (!done && sameBytes(head, secret)) finish(undefined, transport.accepted(conn, rest));
             else transport.drop(conn);
           }, () => {
             pending.delete(conn);
@@ -149,11 +149,15 @@ export function pendingWorker<Conn>(
 }
 
 /**
- * Listens on a fresh private socket for one worker, with `node:net` (Node and Bun hosts).
+ * Listens with `node:net` on a fresh private socket for one connection presenting `secret`.
  *
  * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
  */
-export async function listenForWorker(abstract: boolean = process.platform === "linux"): Promise<PendingWorker> {
+async function listenNet<Out>(
+  abstract: boolean,
+  secret: Uint8Array,
+  accepted: (socket: Socket, rest: Uint8Array) => Out,
+): Promise<PendingWorker<Out> & { path: string }> {
   const { path, dir } = privateSocketPath(abstract);
   const server: Server = createServer();
   await new Promise<void>((resolve, reject) => {
@@ -163,7 +167,7 @@ export async function listenForWorker(abstract: boolean = process.platform === "
       resolve();
     });
   });
-  return pendingWorker<Socket>(path, newSecret(), {
+  const pending = pendingWorker<Socket, Out>(path, secret, {
     listen: (onConnection) => server.on("connection", onConnection),
     readSecret: (socket) =>
       new Promise((resolve, reject) => {
@@ -183,13 +187,54 @@ export async function listenForWorker(abstract: boolean = process.platform === "
         };
         socket.on("data", onData);
       }),
-    channel: (socket, rest) => socketChannel(socket, rest),
+    accepted,
     drop: (socket) => socket.destroy(),
     close() {
       server.close();
       if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
     },
   });
+  return { ...pending, path };
+}
+
+/**
+ * Listens on a fresh private socket for one worker, with `node:net` (Node and Bun hosts).
+ *
+ * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
+ */
+export function listenForWorker(abstract: boolean = process.platform === "linux"): Promise<PendingWorker> {
+  return listenNet(abstract, newSecret(), socketChannel);
+}
+
+/**
+ * A connected pair of unix stream sockets, whose `worker` end a Node host hands its worker as fd 3 (and
+ * then closes) while it reads the `host` end through `onread`. Node has no socketpair call, and the
+ * sockets `child_process` makes for a pipe cannot be given `onread`, which only `net.connect` takes.
+ *
+ * The pair is made like a worker's handshake: the host connects to a fresh private socket and presents
+ * a fresh secret, the listener takes only the connection that presents it, refuses all others and stops
+ * listening. The host writes nothing else on `host` until the worker has `worker`.
+ *
+ * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
+ */
+export async function connectedPair(
+  onread: OnReadOpts,
+  abstract: boolean = process.platform === "linux",
+): Promise<{ host: Socket; worker: Socket }> {
+  const secret = newSecret();
+  const pending = await listenNet(abstract, secret, (socket) => socket);
+  const host = connect({ path: pending.path, onread });
+  const failed = new Promise<void>((resolve) => {
+    host.on("error", () => resolve()); // the channel records errors once attached
+    host.once("close", () => resolve());
+  });
+  host.write(secret);
+  try {
+    return { host, worker: await pending.accept(failed) };
+  } catch (error) {
+    host.destroy();
+    throw error;
+  }
 }
 
 /** Worker side: reads the bootstrap line from stdin and lets stdin go. */

@@ -118,7 +118,7 @@ function listenForWorker(): PendingWorker {
       }
     },
     readSecret,
-    channel: connChannel,
+    accepted: connChannel,
     drop: closeQuietly,
     close() {
       listener.close();

@@ -1,6 +1,6 @@
 /**
- * The Node adapter: workers are started with `node:child_process` and handed a socketpair on fd 3;
- * commands are spawned with `child_process.spawn`.
+ * The Node adapter: workers are started with `node:child_process` and handed one end of a connected
+ * unix socket pair on fd 3; commands are spawned with `child_process.spawn`.
  *
  * @module
  */
@@ -11,8 +11,8 @@ import process from "node:process";
 import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { onTerminateSignal, orphanKiller } from "./_signals.ts";
-import { socketChannel } from "./_socket_channel.ts";
-import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
+import { lendingSocketChannel, socketChannel } from "./_socket_channel.ts";
+import { connectedPair, connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 
 type NodeStdio = "pipe" | "inherit" | "ignore";
 
@@ -49,16 +49,25 @@ export const nodeAdapter: Adapter = {
 
   async startWorker(launch) {
     const pending = launch.channel === "unix" ? await listenForWorker() : undefined;
-    const child = spawn(launch.execPath, launch.args, {
-      stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
-      env: { ...process.env, SPAWNPOOL_CHANNEL: launch.channel },
-      detached: launch.ownGroup,
-    });
+    // The fd 3 channel: one end goes to the worker, the host reads the other into one reused buffer.
+    const lending = pending ? undefined : lendingSocketChannel();
+    const pair = lending ? await connectedPair(lending.onread) : undefined;
+    let child;
+    try {
+      child = spawn(launch.execPath, launch.args, {
+        stdio: pair ? ["ignore", "inherit", "inherit", pair.worker] : ["pipe", "inherit", "inherit"],
+        env: { ...process.env, SPAWNPOOL_CHANNEL: launch.channel },
+        detached: launch.ownGroup,
+      });
+    } finally {
+      pair?.worker.destroy(); // the worker has its own copy, or there is no worker
+    }
     const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
     try {
       await whenSpawned(child);
     } catch (error) {
       pending?.close();
+      pair?.host.destroy();
       throw error;
     }
     const channel = pending
@@ -67,7 +76,7 @@ export const nodeAdapter: Adapter = {
         sendLine: (line) => new Promise((resolve) => child.stdin!.end(line, () => resolve())),
         kill: () => child.kill("SIGKILL"),
       })
-      : socketChannel(child.stdio[3] as Socket);
+      : lending!.attach(pair!.host);
     return {
       pid: child.pid!,
       channel,

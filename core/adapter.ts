@@ -12,7 +12,10 @@ export type RuntimeName = "deno" | "bun" | "node";
 
 /** Receives what arrives on a {@linkcode ByteChannel}. */
 export interface ChannelReceiver {
-  /** Bytes arrived. The chunk is owned by the receiver: the channel never writes to it again. */
+  /**
+   * Bytes arrived. The chunk is the receiver's to keep, unless the channel
+   * {@linkcode ByteChannel.lendsChunks | lends its chunks}.
+   */
   data(chunk: Uint8Array): void;
   /** The channel closed; `error` says why when it was not an orderly end. */
   close(error?: Error): void;
@@ -20,6 +23,11 @@ export interface ChannelReceiver {
 
 /** A duplex byte stream between a host and one worker. */
 export interface ByteChannel {
+  /**
+   * The chunks given to {@linkcode ChannelReceiver.data} are valid only during that call: the channel
+   * reads into one buffer it reuses. Otherwise the channel never writes to a chunk again.
+   */
+  readonly lendsChunks?: boolean;
   /** Starts delivering bytes to `receiver`. Called once. */
   start(receiver: ChannelReceiver): void;
   /** Writes the chunks in order, as one vectored write where the transport allows. */

@@ -267,9 +267,9 @@ export function decodeExit(payload: Uint8Array): { info: ExitInfo; stdout: Uint8
 export type FrameHandler = (type: number, id: number, payload: Uint8Array) => void;
 
 /**
- * Incremental frame decoder. Payloads of frames that arrive whole in one chunk are zero-copy views of it;
- * a frame split across chunks is assembled in a buffer of its own size, so each of its bytes is copied
- * once, and nothing else in the chunks is copied.
+ * Incremental frame decoder. Payloads of frames that arrive whole in one chunk are zero-copy views of it,
+ * or copies when the chunks are lent (the channel reuses them); a frame split across chunks is assembled
+ * in a buffer of its own size. So each payload byte is copied at most once, and nothing else is.
  */
 export class FrameDecoder {
   #onFrame: FrameHandler;
@@ -281,10 +281,17 @@ export class FrameDecoder {
   #payloadFilled = 0;
   #type = 0;
   #id = 0;
+  #lent: boolean;
 
-  /** Creates a decoder that calls `onFrame` for each complete frame. */
-  constructor(onFrame: FrameHandler) {
+  /**
+   * Creates a decoder that calls `onFrame` for each complete frame.
+   *
+   * @param lent The chunks pushed are lent: the caller overwrites them after {@linkcode push} returns,
+   *   so no payload may be a view of one.
+   */
+  constructor(onFrame: FrameHandler, lent = false) {
     this.#onFrame = onFrame;
+    this.#lent = lent;
   }
 
   /** Bytes held while waiting for the rest of a frame. */
@@ -328,7 +335,7 @@ export class FrameDecoder {
         return;
       }
       checkLength(length);
-      this.#onFrame(type, id, chunk.subarray(start, start + length));
+      this.#onFrame(type, id, this.#lent ? chunk.slice(start, start + length) : chunk.subarray(start, start + length));
       offset = start + length;
     }
     if (offset < chunk.byteLength) {
@@ -374,8 +381,8 @@ export function concatBytes(chunks: readonly Uint8Array[], total?: number): Uint
  * A received payload as bytes the receiver may keep: the view itself (as a plain `Uint8Array`) when it
  * spans most of its buffer, a copy when it is a small part of a larger one, which keeping would pin.
  *
- * Only for views into buffers nobody writes to again: every channel hands the decoder fresh read buffers,
- * and the decoder joins partial frames into new ones.
+ * Only for views into buffers nobody writes to again: the decoder's payloads are views of fresh read
+ * buffers, copies out of lent ones, or buffers of their own for frames split across reads.
  */
 export function keepBytes(view: Uint8Array): Uint8Array {
   if (view.byteLength * 2 < view.buffer.byteLength) return new Uint8Array(view);

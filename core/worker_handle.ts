@@ -100,7 +100,7 @@ export class WorkerHandle {
         return;
       }
       this.#dispatch(type, id, payload);
-    });
+    }, process.channel.lendsChunks === true);
     process.channel.start({
       data: (chunk) => {
         try {

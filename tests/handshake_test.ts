@@ -1,15 +1,17 @@
 /**
  * The unix-socket handshake on real sockets: the abstract-name listener and the 0700 socket-file
  * fallback (used where abstract sockets do not exist), a connection without the secret refused, the
- * worker's connection accepted after it, and the listener gone afterwards.
+ * worker's connection accepted after it, and the listener gone afterwards. Then the connected pair a
+ * Node host makes the same way for its worker's fd 3.
  */
 
 import assert from "node:assert/strict";
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { connect, type Socket } from "node:net";
+import { tmpdir } from "node:os";
 import { dirname } from "node:path";
 import { describe, it } from "node:test";
-import { listenForWorker, SECRET_BYTES } from "../adapters/_unix_handshake.ts";
+import { connectedPair, listenForWorker, SECRET_BYTES } from "../adapters/_unix_handshake.ts";
 
 function open(path: string): Promise<Socket> {
   return new Promise((resolve, reject) => {
@@ -51,6 +53,46 @@ for (const abstract of [true, false]) {
       if (!abstract) assert.equal(existsSync(path), false, "socket file removed once connected");
       await assert.rejects(open(path), "nobody can connect once the worker is in");
       channel.close();
+      worker.destroy();
+    });
+  });
+}
+
+function privateDirs(): string[] {
+  return readdirSync(tmpdir()).filter((name) => name.startsWith("spawnpool-"));
+}
+
+for (const abstract of [true, false]) {
+  describe(`connected pair over ${abstract ? "an abstract socket" : "a socket file in a private directory"}`, () => {
+    // The pair's listener is listenNet, as above: the refusal of a connection without the secret is tested there.
+    it("the ends are connected both ways, the host end reads into its one buffer, nothing is left listening", async () => {
+      const dirsBefore = privateDirs();
+      const buffer = new Uint8Array(16);
+      const received: number[] = [];
+      let reads = 0;
+      let otherBuffer = false;
+      const { host, worker } = await connectedPair({
+        buffer,
+        callback(bytes, read) {
+          reads++;
+          if (read.buffer !== buffer.buffer) otherBuffer = true;
+          received.push(...read.subarray(0, bytes));
+          return true;
+        },
+      }, abstract);
+      const fromHost = new Promise<Uint8Array>((resolve) => worker.once("data", resolve));
+      worker.resume();
+      host.write(new Uint8Array([1, 2, 3]));
+      assert.deepEqual([...await fromHost], [1, 2, 3], "the secret is not seen by the worker end");
+
+      const hostClosed = closed(host);
+      const message = new Uint8Array(100).map((_, i) => i);
+      worker.end(message);
+      await hostClosed;
+      assert.deepEqual(received, [...message]);
+      assert.ok(reads >= 100 / buffer.byteLength, `read in pieces of at most ${buffer.byteLength} bytes`);
+      assert.equal(otherBuffer, false, "every read went into the same buffer");
+      assert.deepEqual(privateDirs(), dirsBefore, "no socket directory left behind");
       worker.destroy();
     });
   });

@@ -93,6 +93,23 @@ describe("frame decoder fuzz", () => {
     }
   });
 
+  it("lent chunks: payloads kept after the channel reuses its buffer are intact", () => {
+    const next = random(13);
+    const payloads = Array.from({ length: 60 }, (_, i) => randomBytes(next, (i * 53) % 700));
+    const all = concatBytes(payloads.map((payload, i) => frame(Frame.Stdout, i + 1, payload)));
+    const kept: Uint8Array[] = [];
+    const decoder = new FrameDecoder((_type, _id, payload) => kept.push(payload), true);
+    const reused = new Uint8Array(512); // what a lending channel reads into, every time
+    for (let offset = 0; offset < all.byteLength;) {
+      const size = Math.min(1 + Math.floor(next() * reused.byteLength), all.byteLength - offset);
+      reused.set(all.subarray(offset, offset + size));
+      decoder.push(reused.subarray(0, size));
+      reused.fill(0xee); // the next read overwrites it
+      offset += size;
+    }
+    assert.deepEqual(kept, payloads);
+  });
+
   it("a truncated frame waits, without a frame or an error", () => {
     const next = random(11);
     const whole = frame(Frame.Stdout, 1, randomBytes(next, 1000));
