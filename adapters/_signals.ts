@@ -1,10 +1,12 @@
 /**
- * Worker-side termination signals, through node:process (which all three runtimes provide).
+ * Worker-side process helpers, through node:process (which all three runtimes provide): termination
+ * signals, process groups, and the environment a command gets.
  *
  * @module
  */
 
 import process from "node:process";
+import type { SpawnRequest } from "../core/frame.ts";
 
 /** Calls `handler` once on SIGINT, SIGTERM or SIGHUP. */
 export function onTerminateSignal(handler: () => void): void {
@@ -34,4 +36,13 @@ export function killGroups(groups: readonly number[]): void {
  */
 export function orphanKiller(ownGroup: boolean, workerPid: number): (pids: readonly number[]) => void {
   return (pids) => killGroups(ownGroup ? [...pids, workerPid] : pids);
+}
+
+/**
+ * The environment for a command: `undefined`, so the runtime passes on the worker's own without a copy
+ * per spawn, unless the request sets variables or clears it.
+ */
+export function commandEnv(request: SpawnRequest): Record<string, string | undefined> | undefined {
+  if (request.clearEnv) return { ...request.env };
+  return request.env === undefined ? undefined : { ...process.env, ...request.env };
 }

@@ -9,7 +9,7 @@ import process from "node:process";
 import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { signalName } from "../core/signals.ts";
-import { onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 import { errorCode, releasePumps, StreamPump } from "./_stream_pump.ts";
@@ -83,13 +83,12 @@ export const bunAdapter: Adapter = {
   },
 
   spawn(request, events) {
-    const env = request.clearEnv ? { ...request.env } : { ...process.env, ...request.env };
     let proc;
     try {
       proc = Bun.spawn({
         cmd: [request.cmd, ...request.args],
         cwd: request.cwd,
-        env,
+        env: commandEnv(request),
         stdin: bunStdio(request.stdin, true),
         stdout: bunStdio(request.stdout, false),
         stderr: bunStdio(request.stderr, false),

@@ -10,7 +10,7 @@ import { Socket } from "node:net";
 import process from "node:process";
 import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { lendingSocketChannel, socketChannel } from "./_socket_channel.ts";
 import { connectedPair, connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 
@@ -94,10 +94,9 @@ export const nodeAdapter: Adapter = {
   },
 
   async spawn(request, events) {
-    const env = request.clearEnv ? { ...request.env } : { ...process.env, ...request.env };
     const child = spawn(request.cmd, request.args, {
       cwd: request.cwd,
-      env,
+      env: commandEnv(request),
       stdio: [nodeStdio(request.stdin, true), nodeStdio(request.stdout, false), nodeStdio(request.stderr, false)],
       argv0: request.argv0,
       uid: request.uid,

@@ -81,7 +81,9 @@ for (const runtime of WORKERS) {
       }
     });
 
-    it("merges env into the inherited environment, and clearEnv starts empty", async () => {
+    it("inherits the environment, merges env into it, and clearEnv starts empty", async () => {
+      const inherited = await pool.command("sh", { args: ["-c", 'echo "${PATH:+has-path}"'] }).output();
+      assert.equal(text(inherited.stdout), "has-path\n");
       const merged = await pool.command("sh", { args: ["-c", 'echo "$SP_A:${PATH:+has-path}"'], env: { SP_A: "1" } })
         .output();
       assert.equal(text(merged.stdout), "1:has-path\n");
