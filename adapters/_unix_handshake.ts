@@ -241,8 +241,9 @@ export async function connectedPair(
 export function readBootstrapLine(): Promise<string> {
   return new Promise<string>((resolve, reject) => {
     let text = "";
+    const decoder = new TextDecoder();
     const onData = (chunk: Uint8Array) => {
-      text += new TextDecoder().decode(chunk);
+      text += decoder.decode(chunk, { stream: true });
       const end = text.indexOf("\n");
       if (end < 0) return;
       process.stdin.off("data", onData);
