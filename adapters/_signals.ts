@@ -39,10 +39,11 @@ export function orphanKiller(ownGroup: boolean, workerPid: number): (pids: reado
 }
 
 /**
- * The environment for a command: `undefined`, so the runtime passes on the worker's own without a copy
- * per spawn, unless the request sets variables or clears it.
+ * The environment for a command: the worker's own `process.env`, without a copy per spawn, unless the
+ * request sets variables or clears it. (Not `undefined`: Bun would then pass on the environment the
+ * worker started with, variables it has deleted included.)
  */
-export function commandEnv(request: SpawnRequest): Record<string, string | undefined> | undefined {
+export function commandEnv(request: SpawnRequest): Record<string, string | undefined> {
   if (request.clearEnv) return { ...request.env };
-  return request.env === undefined ? undefined : { ...process.env, ...request.env };
+  return request.env === undefined ? process.env : { ...process.env, ...request.env };
 }
