@@ -22,10 +22,13 @@ import {
   SECRET_BYTES,
 } from "./_unix_handshake.ts";
 
-const READ_BYTES = 64 * 1024;
-/** Reads at most this long are copied out of the read buffer; longer ones take it over. */
-const SMALL_READ_BYTES = 16 * 1024;
-/** A {@linkcode ByteChannel} over a `Deno.Conn`; `initial` holds bytes read past the handshake. */
+/** The read buffer of a channel: more than a unix socket delivers in one read (about 208 KiB). */
+const READ_BYTES = 256 * 1024;
+
+/**
+ * A {@linkcode ByteChannel} over a `Deno.Conn`; `initial` holds bytes read past the handshake. It reads
+ * into one buffer it reuses, so its chunks are lent ({@linkcode ByteChannel.lendsChunks}).
+ */
 function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
   let writing: Promise<void> = Promise.resolve();
   let closed = false;
@@ -34,23 +37,17 @@ function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
     closeQuietly(conn);
   };
   return {
+    lendsChunks: true,
     start(receiver) {
       void (async () => {
         let failure: Error | undefined;
         try {
           if (initial.byteLength > 0) receiver.data(initial);
-          // The receiver keeps what it is given, so no buffer is read into again once handed out: a short
-          // read is copied out (a request, a small output), a long one takes the buffer with it.
-          let buffer = new Uint8Array(READ_BYTES);
+          const buffer = new Uint8Array(READ_BYTES);
           while (true) {
             const n = await conn.read(buffer);
             if (n === null) break;
-            if (n <= SMALL_READ_BYTES) {
-              receiver.data(buffer.slice(0, n));
-            } else {
-              receiver.data(buffer.subarray(0, n));
-              buffer = new Uint8Array(READ_BYTES);
-            }
+            receiver.data(buffer.subarray(0, n));
           }
         } catch (error) {
           if (!closed) failure = error as Error;

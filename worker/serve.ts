@@ -17,6 +17,7 @@ import {
   FD_PAYLOAD,
   Frame,
   FrameDecoder,
+  keepBytes,
   PROTOCOL_VERSION,
   ProtocolError,
   type SpawnRequest,
@@ -275,7 +276,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     switch (type) {
       case Frame.Stdin:
       case Frame.StdinEnd: {
-        const op: StdinOp = type === Frame.Stdin ? payload.slice() : "end";
+        const op: StdinOp = type === Frame.Stdin ? keepBytes(payload) : "end";
         if (job.child) writeStdin(job, op);
         else job.early.push(op);
         return;
@@ -314,7 +315,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     }
   };
 
-  const decoder = new FrameDecoder(onFrame);
+  const decoder = new FrameDecoder(onFrame, channel.lendsChunks === true);
   channel.start({
     data(chunk) {
       try {
