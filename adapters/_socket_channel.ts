@@ -1,6 +1,7 @@
 /**
- * {@linkcode ByteChannel}s over `node:net` sockets: the socketpair on fd 3, or a unix socket. Used by the
- * Node and Bun adapters, and by Deno workers started by a Node or Bun host.
+ * {@linkcode ByteChannel}s over `node:net` sockets: a Node host's end of its worker's fd 3, a Node
+ * worker's fd 3, or a unix socket. Used by the Node and Bun adapters, and by Deno workers started by a
+ * Node or Bun host.
  *
  * @module
  */

@@ -51,7 +51,11 @@ export const nodeAdapter: Adapter = {
     const pending = launch.channel === "unix" ? await listenForWorker() : undefined;
     // The fd 3 channel: one end goes to the worker, the host reads the other into one reused buffer.
     const lending = pending ? undefined : lendingSocketChannel();
-    const pair = lending ? await connectedPair(lending.onread) : undefined;
+    const pair = lending && { lending, ...await connectedPair(lending.onread) };
+    const abandon = () => {
+      pending?.close();
+      pair?.host.destroy();
+    };
     let child;
     try {
       child = spawn(launch.execPath, launch.args, {
@@ -59,6 +63,9 @@ export const nodeAdapter: Adapter = {
         env: { ...process.env, SPAWNPOOL_CHANNEL: launch.channel },
         detached: launch.ownGroup,
       });
+    } catch (error) {
+      abandon();
+      throw error;
     } finally {
       pair?.worker.destroy(); // the worker has its own copy, or there is no worker
     }
@@ -66,17 +73,14 @@ export const nodeAdapter: Adapter = {
     try {
       await whenSpawned(child);
     } catch (error) {
-      pending?.close();
-      pair?.host.destroy();
+      abandon();
       throw error;
     }
-    const channel = pending
-      ? await handshake(pending, {
-        exited,
-        sendLine: (line) => new Promise((resolve) => child.stdin!.end(line, () => resolve())),
-        kill: () => child.kill("SIGKILL"),
-      })
-      : lending!.attach(pair!.host);
+    const channel = pair ? pair.lending.attach(pair.host) : await handshake(pending!, {
+      exited,
+      sendLine: (line) => new Promise((resolve) => child.stdin!.end(line, () => resolve())),
+      kill: () => child.kill("SIGKILL"),
+    });
     return {
       pid: child.pid!,
       channel,

@@ -130,8 +130,9 @@ export interface Adapter {
   /** The runtime this adapter runs in. */
   readonly runtime: RuntimeName;
   /**
-   * Whether this runtime's host can hand a worker a socketpair on fd 3, and whether this runtime's
-   * worker can use one without leaking it into the commands it spawns.
+   * Whether this runtime's host can hand a worker a connected unix socket on fd 3 (a socketpair, or a
+   * pair the host connected itself), and whether this runtime's worker can use one without leaking it
+   * into the commands it spawns.
    */
   readonly socketpair: { host: boolean; worker: boolean };
   /** Host side: the arguments that run `entry` as a worker under this runtime (used for its workers). */
