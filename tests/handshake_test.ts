@@ -58,8 +58,9 @@ for (const abstract of [true, false]) {
   });
 }
 
+/** The private socket directories (mkdtemp's `spawnpool-` and six characters; test scratch dirs have longer names). */
 function privateDirs(): string[] {
-  return readdirSync(tmpdir()).filter((name) => name.startsWith("spawnpool-"));
+  return readdirSync(tmpdir()).filter((name) => /^spawnpool-[^-]{6}$/.test(name));
 }
 
 for (const abstract of [true, false]) {
