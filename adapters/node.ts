@@ -78,7 +78,12 @@ export const nodeAdapter: Adapter = {
     }
     const channel = pair ? pair.lending.attach(pair.host) : await handshake(pending!, {
       exited,
-      sendLine: (line) => new Promise((resolve) => child.stdin!.end(line, () => resolve())),
+      sendLine: (line) =>
+        new Promise((resolve, reject) => {
+          // A worker that closed its stdin first (EPIPE) fails the handshake, not the host.
+          child.stdin!.once("error", reject);
+          child.stdin!.end(line, () => resolve());
+        }),
       kill: () => child.kill("SIGKILL"),
     });
     return {

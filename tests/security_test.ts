@@ -96,3 +96,11 @@ describe("a local attacker on the unix-socket channel", () => {
     await pool.close();
   });
 });
+
+describe("a worker that closes its stdin before the bootstrap line", () => {
+  it("fails to start with ERR_WORKER_START; the host neither crashes (EPIPE) nor hangs", async () => {
+    const pool = new Pool({ size: 1, runtime: "deno", execPath: fixture("closed_stdin.sh") });
+    await assert.rejects(pool.ready(), { code: "ERR_WORKER_START" });
+    await pool.close();
+  });
+});
