@@ -16,13 +16,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import type { ByteChannel } from "../core/adapter.ts";
+import { concatBytes } from "../core/frame.ts";
 import { socketChannel } from "./_socket_channel.ts";
 
 /** Bytes of the one-time secret. */
 export const SECRET_BYTES = 32;
 
 /** How long a host waits for its worker to connect and authenticate. */
-export const HANDSHAKE_TIMEOUT_MS = 30_000;
+const HANDSHAKE_TIMEOUT_MS = 30_000;
 
 /** Hex encoding of bytes. */
 function toHex(bytes: Uint8Array): string {
@@ -39,7 +40,7 @@ function fromHex(text: string): Uint8Array {
 }
 
 /** Compares two byte arrays in time independent of where they differ. */
-export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   if (a.byteLength !== b.byteLength) return false;
   let diff = 0;
   for (let i = 0; i < a.byteLength; i++) diff |= a[i] ^ b[i];
@@ -171,14 +172,11 @@ async function listenNet<Out>(
     listen: (onConnection) => server.on("connection", onConnection),
     readSecret: (socket) =>
       new Promise((resolve, reject) => {
-        let head = new Uint8Array(0);
+        let head: Uint8Array = new Uint8Array(0);
         socket.on("error", () => {});
         socket.once("close", reject);
         const onData = (chunk: Uint8Array) => {
-          const joined = new Uint8Array(head.byteLength + chunk.byteLength);
-          joined.set(head);
-          joined.set(chunk, head.byteLength);
-          head = joined;
+          head = concatBytes([head, chunk]);
           if (head.byteLength < SECRET_BYTES) return;
           socket.off("data", onData);
           socket.off("close", reject);

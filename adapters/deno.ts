@@ -9,7 +9,7 @@ import process from "node:process";
 import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
-import { onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { errorCode, releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
   handshake,
@@ -103,7 +103,13 @@ async function readSecret(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Ui
  */
 function listenForWorker(): PendingWorker {
   const { path, dir } = privateSocketPath(Deno.build.os === "linux");
-  const listener = Deno.listen({ transport: "unix", path });
+  let listener: Deno.UnixListener;
+  try {
+    listener = Deno.listen({ transport: "unix", path });
+  } catch (error) {
+    if (dir !== undefined) Deno.removeSync(dir, { recursive: true });
+    throw error;
+  }
   return pendingWorker<Deno.Conn>(path, newSecret(), {
     async listen(onConnection) {
       while (true) {
@@ -271,13 +277,7 @@ export const denoAdapter: Adapter = {
   getEnv: (name) => Deno.env.get(name),
   pid: () => Deno.pid,
   exit: (code) => Deno.exit(code),
-  killOwnGroup() {
-    // The host started this worker as a group leader: the group's id is our pid. SIGKILL ends the
-    // commands in it, their children, and this process.
-    try {
-      Deno.kill(-Deno.pid, "SIGKILL");
-    } catch {
-      // Not a group leader (started by hand): nothing shares our group.
-    }
-  },
+  // The host started this worker as a group leader: the group's id is our pid. SIGKILL ends the commands
+  // in it, their children, and this process. (Started by hand, it leads no group: nothing to kill.)
+  killOwnGroup: () => killGroups([Deno.pid]),
 };

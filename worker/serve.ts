@@ -103,12 +103,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     if (stopping) return;
     stopping = true;
     for (const job of jobs.values()) {
-      if (!job.child || job.exit || job.request.detached) continue;
-      try {
-        job.child.kill("SIGKILL", true);
-      } catch {
-        // Exited meanwhile.
-      }
+      if (job.child && !job.request.detached) killChild(job, "SIGKILL", true);
     }
     adapter.killOwnGroup?.();
     adapter.exit(code);
@@ -189,8 +184,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     const { request } = job;
     let child: SpawnedChild;
     // The host must hear "spawned" before any output or exit: events the adapter reports before its
-    // spawn() promise settles wait here.
-    let started = false;
+    // spawn() promise settles wait here, until `job.child` is set.
     const early: Array<() => void> = [];
     const events: ChildEvents = {
       data(fd, chunk) {
@@ -232,9 +226,10 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     try {
       child = await adapter.spawn(request, {
         // Once started (the usual case) output goes straight through, with no closure per chunk.
-        data: (fd, chunk) => started ? events.data(fd, chunk) : void early.push(() => events.data(fd, chunk)),
-        end: (fd) => started ? events.end(fd) : void early.push(() => events.end(fd)),
-        exit: (code, signal) => started ? events.exit(code, signal) : void early.push(() => events.exit(code, signal)),
+        data: (fd, chunk) => job.child ? events.data(fd, chunk) : void early.push(() => events.data(fd, chunk)),
+        end: (fd) => job.child ? events.end(fd) : void early.push(() => events.end(fd)),
+        exit: (code, signal) =>
+          job.child ? events.exit(code, signal) : void early.push(() => events.exit(code, signal)),
       });
     } catch (error) {
       jobs.delete(job.id);
@@ -249,7 +244,6 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     if (request.timeout !== undefined) {
       job.timers.push(setTimeout(() => stopFor(job, "timeout", request.killSignal), request.timeout));
     }
-    started = true;
     for (const event of early) event(); // usually none
     for (const op of job.early) {
       if (op === "end" || op instanceof Uint8Array) writeStdin(job, op);
