@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,11 +23,23 @@ const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, im
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-security-"));
 
 /** Listening abstract unix sockets whose names look like spawnpool's, from /proc/net/unix. */
+/** This process's own spawnpool listeners (not those of other test files' hosts running meanwhile). */
 function listeners(): string[] {
+  const own = new Set(
+    readdirSync("/proc/self/fd").map((fd) => {
+      try {
+        return readlinkSync(`/proc/self/fd/${fd}`);
+      } catch {
+        return ""; // closed meanwhile
+      }
+    }),
+  );
   return readFileSync("/proc/net/unix", "utf8").split("\n")
     .map((line) => line.trim().split(/\s+/))
     // Flags 00010000 (__SO_ACCEPTCON) marks a listening socket; accepted connections show the name too.
-    .filter((fields) => fields[3] === "00010000" && fields[7]?.startsWith("@spawnpool-"))
+    .filter((fields) =>
+      fields[3] === "00010000" && fields[7]?.startsWith("@spawnpool-") && own.has(`socket:[${fields[6]}]`)
+    )
     .map((fields) => `\0${fields[7].slice(1)}`);
 }
 
