@@ -14,15 +14,15 @@
  */
 
 import { Buffer } from "node:buffer";
-import { spawn as nodeSpawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
-import { Pool, type RuntimeName } from "../mod.ts";
+import type { RuntimeName } from "../mod.ts";
 import { catFixtureBytes, median, writeCatFixture } from "./_fixture.mjs";
+import { HOST, loadSpawnpool, nativeOutput } from "./_spawners.ts";
 
-const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+const { Pool } = await loadSpawnpool();
 const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 300);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const WORKERS = (process.env.BENCH_WORKERS ?? HOST) as RuntimeName;
@@ -45,23 +45,7 @@ const CONCURRENCY = [1, 30];
 
 type Spawner = (w: Workload) => Promise<Uint8Array>;
 
-/** This runtime's own fastest way to run a command and collect its stdout. */
-const native: Spawner = (w) => {
-  if (HOST === "deno") {
-    return new Deno.Command(w.cmd, { args: w.args, stdout: "piped", stderr: "null" }).output()
-      .then((out) => out.stdout);
-  }
-  if (HOST === "bun") {
-    const proc = Bun.spawn([w.cmd, ...w.args], { stdout: "pipe", stderr: "ignore" });
-    return new Response(proc.stdout).arrayBuffer().then(async (bytes) => (await proc.exited, new Uint8Array(bytes)));
-  }
-  return new Promise((resolve, reject) => {
-    const child = nodeSpawn(w.cmd, w.args, { stdio: ["ignore", "pipe", "ignore"] });
-    const chunks: Buffer[] = [];
-    child.stdout.on("data", (chunk: Buffer) => chunks.push(chunk));
-    child.on("error", reject).on("close", () => resolve(Buffer.concat(chunks)));
-  });
-};
+const native: Spawner = (w) => nativeOutput(w.cmd, w.args);
 
 const pool = new Pool({ runtime: WORKERS });
 const pooled: Spawner = (w) => pool.command(w.cmd, { args: w.args, stderr: "null" }).output().then((o) => o.stdout);

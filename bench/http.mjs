@@ -8,7 +8,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { bin, ensureInstalled, root } from "../tools/setup.mjs";
+import { bin, buildDist, root } from "../tools/setup.mjs";
 import { writeCatFixture } from "./_fixture.mjs";
 
 const SECONDS = Number(process.env.BENCH_HTTP_SECONDS ?? 8);
@@ -64,7 +64,7 @@ if (generator === undefined) {
   );
   process.exit(2);
 }
-ensureInstalled();
+buildDist(); // Bun and Node servers run the npm build, as their users do (bench/_spawners.ts)
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-http-"));
 const catFile = writeCatFixture(scratch);

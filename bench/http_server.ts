@@ -7,13 +7,12 @@
  * BENCH_WORKERS picks the pool's worker runtime (default the host's). Driven by `node bench/http.mjs`.
  */
 
-import { Buffer } from "node:buffer";
-import { spawn as nodeSpawn } from "node:child_process";
 import { createServer } from "node:http";
 import process from "node:process";
-import { Pool, type RuntimeName } from "../mod.ts";
+import type { RuntimeName } from "../mod.ts";
+import { HOST, loadSpawnpool, nativeOutput } from "./_spawners.ts";
 
-const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+const { Pool } = await loadSpawnpool();
 const mode = process.argv[2] === "pool" ? "pool" : "native";
 const catFile = process.env.BENCH_CAT_FILE ?? "/etc/hostname";
 const commands: Record<string, [string, string[]]> = { "/echo": ["echo", ["hi"]], "/cat": ["cat", [catFile]] };
@@ -21,22 +20,10 @@ const commands: Record<string, [string, string[]]> = { "/echo": ["echo", ["hi"]]
 const pool = mode === "pool" ? new Pool({ runtime: (process.env.BENCH_WORKERS ?? HOST) as RuntimeName }) : undefined;
 await pool?.ready();
 
-/** Runs a command and resolves with its stdout, the way each runtime natively would, or through the pool. */
+/** Runs a command and resolves with its stdout, natively or through the pool. */
 function run(cmd: string, args: string[]): Promise<Uint8Array> {
   if (pool) return pool.command(cmd, { args, stderr: "null" }).output().then((out) => out.stdout);
-  if (HOST === "deno") {
-    return new Deno.Command(cmd, { args, stdout: "piped", stderr: "null" }).output().then((out) => out.stdout);
-  }
-  if (HOST === "bun") {
-    const proc = Bun.spawn([cmd, ...args], { stdout: "pipe", stderr: "ignore" });
-    return new Response(proc.stdout).bytes();
-  }
-  return new Promise((resolve, reject) => {
-    const child = nodeSpawn(cmd, args, { stdio: ["ignore", "pipe", "ignore"] });
-    const chunks: Uint8Array[] = [];
-    child.stdout.on("data", (chunk: Uint8Array) => chunks.push(chunk));
-    child.on("error", reject).on("close", () => resolve(Buffer.concat(chunks)));
-  });
+  return nativeOutput(cmd, args);
 }
 
 async function respond(path: string): Promise<Response> {

@@ -5,9 +5,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { median, writeCatFixture } from "../bench/_fixture.mjs";
-import { bin, ensureInstalled, root } from "./setup.mjs";
+import { bin, buildDist, root } from "./setup.mjs";
 
-ensureInstalled();
+buildDist(); // Bun and Node measure the npm build, as their users run it (bench/_spawners.ts)
 const script = "bench/compare.ts";
 const runs = [
   { label: "deno", cmd: "deno", args: ["run", "-A", "--quiet", script] },

@@ -17,10 +17,17 @@ const tests = [
   "tests/security_test.ts",
   "tests/soak_test.ts",
 ];
+const benchmarks = [
+  "bench/compare.ts",
+  "bench/deno_bench.ts",
+  "bench/http_server.ts",
+  "bench/soak.ts",
+  "bench/worker_loop.ts",
+];
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
   { name: "deno lint", cmd: "deno", args: ["lint"] },
-  { name: "deno check", cmd: "deno", args: ["check", "mod.ts", "node.ts", "worker/main.ts", ...tests] },
+  { name: "deno check", cmd: "deno", args: ["check", "mod.ts", "node.ts", "worker/main.ts", ...tests, ...benchmarks] },
   { name: "core is runtime-neutral (tsc, no Deno/Bun/Node types)", cmd: "tsc", args: ["-p", "tsconfig.core.json"] },
   { name: "deno doc --lint", cmd: "deno", args: ["doc", "--lint", "mod.ts", "node.ts", "worker/main.ts"] },
   { name: "JSR publish dry run", cmd: "deno", args: ["publish", "--dry-run", "--allow-dirty"] },

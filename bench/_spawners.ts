@@ -1,0 +1,50 @@
+/**
+ * What the benchmarks that run under every runtime share: the host's name, spawnpool as that runtime's
+ * users get it, and the runtime's own fastest way to run a command and collect its output.
+ *
+ * @module
+ */
+
+import { Buffer } from "node:buffer";
+import { spawn as nodeSpawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import type { RuntimeName } from "../mod.ts";
+
+/** The runtime running this benchmark. */
+export const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+
+/**
+ * spawnpool as this runtime's users get it: Deno apps import the TypeScript source (JSR); Bun and Node apps
+ * install the npm build in dist/, whose workers run compiled JavaScript. A Node worker started from the
+ * TypeScript source strips types as it loads, which leaves it larger, and Node's spawn forks, copying the
+ * worker's page tables each time: such workers spawn markedly slower than the ones npm users run. So Bun
+ * and Node measure dist/: `npm start` builds it first; run `npm run build` before running a benchmark by
+ * hand.
+ */
+export async function loadSpawnpool(): Promise<typeof import("../mod.ts")> {
+  if (HOST === "deno") return await import("../mod.ts");
+  const build = new URL("../dist/mod.js", import.meta.url);
+  if (!existsSync(fileURLToPath(build.href))) {
+    throw new Error("dist/ is not built: run `npm run build` first (`npm start` does)");
+  }
+  return await import(build.href);
+}
+
+/** Runs `cmd` with this runtime's own spawn API and resolves with its stdout once it exited. */
+export function nativeOutput(cmd: string, args: readonly string[]): Promise<Uint8Array> {
+  if (HOST === "deno") {
+    return new Deno.Command(cmd, { args: [...args], stdout: "piped", stderr: "null" }).output()
+      .then((out) => out.stdout);
+  }
+  if (HOST === "bun") {
+    const proc = Bun.spawn([cmd, ...args], { stdout: "pipe", stderr: "ignore" });
+    return new Response(proc.stdout).bytes().then(async (bytes) => (await proc.exited, bytes));
+  }
+  return new Promise((resolve, reject) => {
+    const child = nodeSpawn(cmd, args, { stdio: ["ignore", "pipe", "ignore"] });
+    const chunks: Buffer[] = [];
+    child.stdout.on("data", (chunk: Buffer) => chunks.push(chunk));
+    child.on("error", reject).on("close", () => resolve(Buffer.concat(chunks)));
+  });
+}
