@@ -9,10 +9,11 @@ import { Buffer } from "node:buffer";
 import { spawn as nodeSpawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { detectRuntime } from "../adapters/runtime.ts";
 import type { RuntimeName } from "../mod.ts";
 
 /** The runtime running this benchmark. */
-export const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+export const HOST: RuntimeName = detectRuntime();
 
 /**
  * spawnpool as this runtime's users get it: Deno apps import the TypeScript source (JSR); Bun and Node apps

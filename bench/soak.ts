@@ -8,6 +8,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
+import { detectRuntime } from "../adapters/runtime.ts";
 import { Pool, type RuntimeName } from "../mod.ts";
 import { soak } from "../tests/soak.ts";
 
@@ -15,5 +16,5 @@ const runtime = process.env.BENCH_WORKERS as RuntimeName | undefined;
 const pool = new Pool(runtime ? { runtime } : {});
 const report = await soak(pool, Number(process.env.SOAK_SPAWNS ?? 100_000), 64, mkdtempSync(join(tmpdir(), "soak-")));
 await pool.close();
-console.log(JSON.stringify({ host: "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node", ...report }));
+console.log(JSON.stringify({ host: detectRuntime(), ...report }));
 process.exit(report.wrong.length === 0 && report.fds.after === report.fds.before ? 0 : 1);

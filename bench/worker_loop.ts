@@ -11,11 +11,12 @@
 import process from "node:process";
 import type { Adapter, ByteChannel, ChannelReceiver, ChildEvents, SpawnedChild } from "../core/adapter.ts";
 import { encodeHeader, encodeJson, Frame, HEADER_BYTES } from "../core/frame.ts";
+import { detectRuntime } from "../adapters/runtime.ts";
 import { serve } from "../worker/serve.ts";
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 20000);
 const IN_FLIGHT = 30;
-const HOST = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+const HOST = detectRuntime();
 
 const request = encodeJson({
   cmd: "echo",

@@ -5,7 +5,24 @@
  */
 
 import { readdirSync, readFileSync } from "node:fs";
+import process from "node:process";
+import { fileURLToPath } from "node:url";
+import { detectRuntime } from "../adapters/runtime.ts";
 import { encodeHeader, type FrameType } from "../core/frame.ts";
+
+/** The runtime running the tests. */
+export const HOST: "deno" | "bun" | "node" = detectRuntime();
+
+/** The path of a file in tests/fixtures/. */
+export function fixture(name: string): string {
+  return fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url).href);
+}
+
+/** The argv that runs a script (TypeScript or JavaScript) with `args` under the host's runtime. */
+export function hostArgv(script: string, ...args: string[]): [string, ...string[]] {
+  if (HOST === "deno") return [process.execPath, "run", "-A", "--quiet", script, ...args];
+  return [process.execPath, script, ...args];
+}
 
 /** Whether a process exists and is not a zombie (this machine's init may not reap orphans at once). */
 export function alive(pid: number): boolean {
@@ -14,6 +31,16 @@ export function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * Waits until every process in `pids` is gone or `ms` passed; returns those still alive (none, when all went).
+ * What kills them (a worker on its way out, a signal) may act a moment after the step a test awaited.
+ */
+export async function survivors(pids: readonly number[], ms = 1000): Promise<number[]> {
+  const deadline = performance.now() + ms;
+  while (pids.some(alive) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  return pids.filter(alive);
 }
 
 /** A process's direct children, from /proc (empty once it is gone). */

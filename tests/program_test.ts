@@ -12,17 +12,16 @@ import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import process from "node:process";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { writeCatFixture } from "../bench/_fixture.mjs";
+import { fixture, HOST, hostArgv } from "./_helpers.ts";
 
-const HOST = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
 const here = (path: string) => fileURLToPath(new URL(path, import.meta.url).href);
 const scratch = realpathSync(mkdtempSync(join(tmpdir(), "spawnpool-program-")));
-const catFile = join(scratch, "payload.bin");
-writeFileSync(catFile, Buffer.alloc(163 * 1024).map((_, i) => (i * 7 + (i >> 10)) & 0xff));
+const catFile = writeCatFixture(scratch);
 
-const original = readFileSync(here("./fixtures/spawn_server.mjs"), "utf8");
+const original = readFileSync(fixture("spawn_server.mjs"), "utf8");
 const converted = original.replace(
   'from "node:child_process";',
   `from ${JSON.stringify(here("../node.ts"))};`,
@@ -31,8 +30,8 @@ const convertedPath = join(scratch, "spawn_server.mjs");
 writeFileSync(convertedPath, converted);
 
 async function startServer(script: string): Promise<{ port: number; stop: () => Promise<void> }> {
-  const argv = HOST === "deno" ? ["run", "-A", "--quiet", script, catFile] : [script, catFile];
-  const child = spawn(process.execPath, argv, { stdio: ["ignore", "pipe", "inherit"] });
+  const [exe, ...args] = hostArgv(script, catFile);
+  const child = spawn(exe, args, { stdio: ["ignore", "pipe", "inherit"] });
   const port = await new Promise<number>((resolve, reject) => {
     let seen = "";
     child.stdout.on("data", (chunk) => {
@@ -84,7 +83,7 @@ describe(`a program converted by its import line (${HOST})`, () => {
 
   it("answers every request exactly as the original does", async () => {
     const results: string[][] = [];
-    for (const script of [here("./fixtures/spawn_server.mjs"), convertedPath]) {
+    for (const script of [fixture("spawn_server.mjs"), convertedPath]) {
       const server = await startServer(script);
       try {
         results.push(await exercise(server.port));

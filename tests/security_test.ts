@@ -14,12 +14,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
-import { fileURLToPath } from "node:url";
 import { encodeJson, Frame, PROTOCOL_VERSION } from "../core/frame.ts";
 import { Pool } from "../mod.ts";
-import { frame } from "./_helpers.ts";
+import { fixture, frame } from "./_helpers.ts";
 
-const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url).href);
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-security-"));
 
 /** Listening abstract unix sockets whose names look like spawnpool's, from /proc/net/unix. */
