@@ -59,11 +59,11 @@ export function signalName(signal: string | number): string {
   if (typeof signal !== "string") {
     throw new TypeError(`Signal must be a string or a number, got ${typeof signal}`);
   }
-  if (!(signal in SIGNALS)) throw new RangeError(`Unknown signal: "${signal}"`);
+  if (!Object.hasOwn(SIGNALS, signal)) throw new RangeError(`Unknown signal: "${signal}"`);
   return signal;
 }
 
 /** The number of a signal name; undefined for an unknown name. */
 export function signalNumber(name: string): number | undefined {
-  return SIGNALS[name];
+  return Object.hasOwn(SIGNALS, name) ? SIGNALS[name] : undefined;
 }

@@ -104,7 +104,8 @@ function killSignalOf(value: unknown, name: string): string | undefined {
     throw invalidArgType(name, "of type string or number", value);
   }
   try {
-    return signalName(value);
+    // Node accepts signal names in any case.
+    return signalName(typeof value === "string" ? value.toUpperCase() : value);
   } catch {
     throw nodeError(TypeError, "ERR_UNKNOWN_SIGNAL", `Unknown signal: ${value}`);
   }
@@ -129,16 +130,10 @@ function validateAbortSignal(signal: unknown, name: string): AbortSignal | undef
 // ---------------------------------------------------------------------------------------------------------------
 // Options
 
-/** Options of {@linkcode spawn}, as `node:child_process` accepts them. */
-export type SpawnOptions = native.SpawnOptions;
-/** Options of {@linkcode execFile} and {@linkcode exec}. */
-export type ExecFileOptions = native.ExecFileOptions & { encoding?: BufferEncoding | "buffer" | null };
-
 /** A spawn call after Node's normalisation, ready for the pool. */
 interface PooledSpawn {
   file: string;
   args: string[];
-  spawnfile: string;
   spawnargs: unknown[];
   /** Slots past stdio[2] (all "ignore"). */
   extraStdio: number;
@@ -246,7 +241,8 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
     throw invalidArgType("options", "of type object", options);
   }
   const o = options as Record<string, unknown>;
-  const cwd = o.cwd === undefined || o.cwd === null ? process.cwd() : validatedPath(o.cwd, "options.cwd");
+  // An empty cwd is the host's, as in Node.
+  const cwd = (o.cwd === undefined || o.cwd === null ? "" : validatedPath(o.cwd, "options.cwd")) || process.cwd();
   optionalBoolean(o, "detached");
   const uid = optionalInt32(o, "uid");
   const gid = optionalInt32(o, "gid");
@@ -282,7 +278,13 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
     if (value === undefined) continue;
     noNulBytes(key, `options.env['${key}']`);
     noNulBytes(value, `options.env['${key}']`);
-    env[key] = String(value);
+    // Node passes each entry on as "key=value": a key holding "=" is read by the command as the name before
+    // its first "=", whose value starts after it; the first entry of a name is the one a command sees. An
+    // entry without a name cannot be read by name at all, and is left out.
+    const cut = key.indexOf("=");
+    const name = cut < 0 ? key : key.slice(0, cut);
+    if (name === "" || Object.hasOwn(env, name)) continue;
+    env[name] = cut < 0 ? String(value) : `${key.slice(cut + 1)}=${String(value)}`;
   }
 
   const stdio = stdioModes(o.stdio);
@@ -290,7 +292,6 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
   const spec: PooledSpawn = {
     file: cmd,
     args: strArgs,
-    spawnfile: cmd,
     spawnargs: [argv0 ?? cmd, ...spawnargs],
     extraStdio: Array.isArray(o.stdio) ? Math.max(0, o.stdio.length - 3) : 0,
     cwd,
@@ -412,7 +413,7 @@ export class ChildProcess extends EventEmitter {
   /** 'close' waits for the exit (or failure) and for each piped output stream to close. */
   #closesNeeded = 1;
   #closesGot = 0;
-  #exitCounted = false;
+  /** Exit or failure came: counted once toward 'close'. */
   #settled = false;
   #spawned = false;
   #unrefed = false;
@@ -428,7 +429,7 @@ export class ChildProcess extends EventEmitter {
   /** @internal */
   constructor(scheduler: Scheduler, spec: PooledSpawn) {
     super();
-    this.spawnfile = spec.spawnfile;
+    this.spawnfile = spec.file;
     this.spawnargs = spec.spawnargs as string[];
     this.#killSignal = spec.killSignal;
     const outputs: [undefined, OutputReadable | undefined, OutputReadable | undefined] = [
@@ -565,24 +566,24 @@ export class ChildProcess extends EventEmitter {
     if (reason === "timeout") this.killed = true;
     // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
     this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
-    this.#exitCounted = true;
     this.emit("exit", this.exitCode, this.signalCode);
     process.nextTick(() => this.#flushStdio());
     this.#maybeClose();
   }
 
   #onFail(error: unknown): void {
+    const afterExit = this.#settled;
     this.#settle();
     let reported = error;
     if (error instanceof SpawnError) {
       const errno = error.errno ?? errnoOf(error.code);
-      reported = Object.assign(new Error(`spawn ${this.spawnfile} ${error.code}`), {
+      // Node's own fields, enumerable as in Node; the pool's error stays reachable as the (hidden) cause.
+      reported = Object.assign(new Error(`spawn ${this.spawnfile} ${error.code}`, { cause: error }), {
         errno,
         code: error.code,
         syscall: `spawn ${this.spawnfile}`,
         path: this.spawnfile,
         spawnargs: this.spawnargs.slice(1),
-        cause: error,
       });
       if (errno !== undefined) this.exitCode = errno;
     }
@@ -592,10 +593,7 @@ export class ChildProcess extends EventEmitter {
     this.stdout?.destroy();
     this.stderr?.destroy();
     this.emit("error", reported);
-    if (!this.#exitCounted) {
-      this.#exitCounted = true;
-      this.#maybeClose();
-    }
+    if (!afterExit) this.#maybeClose();
   }
 
   #settle(): void {

@@ -53,6 +53,9 @@ function digest(chunks: Buffer[]): string {
 function describeError(error: unknown): Record<string, unknown> {
   const e = error as Record<string, unknown> & Error;
   const out: Record<string, unknown> = { name: e.name, code: e.code };
+  // Which fields are enumerable is part of the shape (a logger or `{ ...error }` shows exactly those). Node is
+  // the reference: Bun's and Deno's own errors carry other fields, so they are compared under Node only.
+  if (HOST === "node") out.keys = Object.keys(e).sort();
   for (const key of ["errno", "syscall", "path", "spawnargs", "killed", "signal", "cmd"]) {
     if (key in e) out[key] = e[key];
   }
@@ -366,8 +369,10 @@ const scenarios: Scenario[] = [
     expectPooled: (r) => assert.match(String((r.log as string[])[0]), /"code":"ENOENT"/),
   }),
   spawnCase("follows process.chdir()", { file: "pwd" }),
+  spawnCase("an empty cwd is the host's", { file: "pwd", options: { cwd: "" } }),
   spawnCase("env replaces the environment", sh("env | sort", { env: { ONLY_THIS: "yes", OTHER: "ü 😀" } })),
   spawnCase("env values are stringified", sh('echo "$NUM $BOOL"', { env: { NUM: 42, BOOL: false } })),
+  spawnCase("an env key holding '=' names what comes before it", sh('echo "$A|$C"', { env: { "A=B": "c", C: "d" } })),
   spawnCase("env follows process.env changes", sh('echo "$SPAWNPOOL_COMPAT_VAR"')),
   spawnCase("shell: true joins command and args", {
     file: "echo",
@@ -436,6 +441,22 @@ const scenarios: Scenario[] = [
     file: "sleep",
     args: ["5"],
     act: (child, log) => child.on("spawn", () => log.push(`kill ${child.kill(9)}`)),
+  }),
+  spawnCase("kill() with a lower-case signal name", {
+    file: "sleep",
+    args: ["2"],
+    act: (child, log) =>
+      child.on("spawn", () => {
+        try {
+          log.push(`kill ${child.kill("sigint" as NodeJS.Signals)}`);
+        } catch (error) {
+          log.push(`kill threw ${(error as { code?: string }).code}`);
+        }
+      }),
+  }, {
+    nativeDiffers: {
+      deno: { fields: ["log", "exitCode", "signalCode", "killed"], why: "Deno's kill() takes upper-case names only" },
+    },
   }),
   spawnCase("kill('SIGUSR1')", {
     file: "sleep",
@@ -512,6 +533,13 @@ const scenarios: Scenario[] = [
   },
   { name: "execFile killed by a signal", run: viaCallback((cp, cb) => cp.execFile("sh", ["-c", "kill -TERM $$"], cb)) },
   { name: "execFile timeout", run: viaCallback((cp, cb) => cp.execFile("sleep", ["5"], { timeout: 150 }, cb)) },
+  {
+    name: "execFile timeout with a lower-case killSignal",
+    run: viaCallback((cp, cb) =>
+      cp.execFile("sleep", ["5"], { timeout: 150, killSignal: "sigint" as NodeJS.Signals }, cb)
+    ),
+    nativeDiffers: { deno: { fields: ["error"], why: "Deno's execFile takes upper-case signal names only" } },
+  },
   {
     name: "execFile maxBuffer exceeded on stdout",
     run: viaCallback((cp, cb) => cp.execFile("cat", [BIG], { maxBuffer: 100_000, encoding: "buffer" }, cb)),
