@@ -218,8 +218,8 @@ export class PooledChildProcess {
   constructor(execution: Execution) {
     this.#execution = execution;
     const command = execution.request.cmd;
-    this.#status = execution.completed.then(
-      (done) => toStatus(done.info, command),
+    this.#status = execution.exited.then(
+      (info) => toStatus(info, command),
       (error) => Promise.reject(denoStyle(error)),
     );
     this.#status.catch(() => {});
@@ -256,7 +256,10 @@ export class PooledChildProcess {
     return stderr;
   }
 
-  /** Resolves when the command exited and its streams ended. */
+  /**
+   * Resolves when the command exited, as `Deno.ChildProcess.status` does: its piped output may still be
+   * open (a grandchild can hold it) and readable.
+   */
   get status(): Promise<CommandStatus> {
     return this.#status;
   }

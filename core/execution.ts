@@ -208,6 +208,11 @@ export class Execution implements RequestSink {
   readonly request: SpawnRequest;
   /** Resolves with the pid once the worker started the child; rejects with a {@linkcode SpawnError} or a pool error. */
   readonly spawned: Promise<number>;
+  /**
+   * Resolves when the child exited, which for a streamed request may come before its output ended (a
+   * grandchild can hold a pipe); rejects with a {@linkcode SpawnError} or a pool error if that never comes.
+   */
+  readonly exited: Promise<ExitInfo>;
   /** Resolves when the request completed; rejects with a {@linkcode SpawnError} or a pool error. */
   readonly completed: Promise<Completion>;
   /** Stdout, when streamed and piped. */
@@ -222,6 +227,7 @@ export class Execution implements RequestSink {
   #worker: WorkerHandle | undefined;
   #assigned = new Deferred<WorkerHandle>();
   #spawned = new Deferred<number>();
+  #exitedDeferred = new Deferred<ExitInfo>();
   #completed = new Deferred<Completion>();
   #outputs: [undefined, OutputSink | undefined, OutputSink | undefined] = [undefined, undefined, undefined];
   #stdin: WritableStream<Uint8Array> | undefined;
@@ -240,6 +246,7 @@ export class Execution implements RequestSink {
     this.id = nextId = nextId >= 0xffff_fffe ? 1 : nextId + 1;
     this.request = request;
     this.spawned = this.#spawned.promise;
+    this.exited = this.#exitedDeferred.promise;
     this.completed = this.#completed.promise;
     this.#events = options.events;
     const streams: [undefined, OutputStream | undefined, OutputStream | undefined] = [undefined, undefined, undefined];
@@ -320,6 +327,7 @@ export class Execution implements RequestSink {
   onExited(info: ExitInfo): void {
     if (this.#exited || this.#done) return;
     this.#exited = true;
+    this.#exitedDeferred.resolve(info);
     this.#events?.exited(info);
   }
 
@@ -371,6 +379,7 @@ export class Execution implements RequestSink {
     this.#outputs[2]?.error(error);
     this.#assigned.reject(error);
     this.#spawned.reject(error);
+    this.#exitedDeferred.reject(error); // no effect once it exited
     this.#completed.reject(error);
     this.#events?.failed(error);
   }
@@ -402,17 +411,7 @@ export class Execution implements RequestSink {
    * or with false when the child closed its stdin or the request is done. The chunk must not change
    * until then.
    */
-  write(chunk: Uint8Array): Promise<boolean> {
-    return this.#writeStdin(chunk);
-  }
-
-  /** Closes the child's stdin. */
-  endStdin(): void {
-    this.#endStdin();
-  }
-
-  /** Sends one chunk of stdin; resolves false when the child closed its stdin or the request is done. */
-  async #writeStdin(chunk: Uint8Array): Promise<boolean> {
+  async write(chunk: Uint8Array): Promise<boolean> {
     for (let offset = 0; offset < chunk.byteLength; offset += STDIN_CHUNK_BYTES) {
       if (this.#done) return false;
       const ack = new Deferred<boolean>();
@@ -423,14 +422,15 @@ export class Execution implements RequestSink {
     return true;
   }
 
-  #endStdin(): void {
+  /** Closes the child's stdin. */
+  endStdin(): void {
     if (!this.#done) this.#send(Frame.StdinEnd);
   }
 
   async #pumpStdin(source: StdinSource): Promise<void> {
     try {
       if (source instanceof Uint8Array) {
-        if (source.byteLength > 0) await this.#writeStdin(source);
+        if (source.byteLength > 0) await this.write(source);
         return;
       }
       const reader = source.getReader();
@@ -438,7 +438,7 @@ export class Execution implements RequestSink {
         while (true) {
           const { done, value } = await reader.read();
           if (done) break;
-          if (!(await this.#writeStdin(value))) {
+          if (!(await this.write(value))) {
             await reader.cancel();
             break;
           }
@@ -449,7 +449,7 @@ export class Execution implements RequestSink {
     } catch {
       // A failing source ends stdin, as a closed pipe would.
     } finally {
-      this.#endStdin();
+      this.endStdin();
     }
   }
 
@@ -459,15 +459,15 @@ export class Execution implements RequestSink {
         if (!(chunk instanceof Uint8Array)) {
           throw new TypeError("Stdin accepts Uint8Array chunks only");
         }
-        if (!(await this.#writeStdin(chunk))) {
+        if (!(await this.write(chunk))) {
           const error = new Error("Broken pipe: the child closed its stdin") as Error & { code: string };
           error.name = "BrokenPipe";
           error.code = "EPIPE";
           throw error;
         }
       },
-      close: () => this.#endStdin(),
-      abort: () => this.#endStdin(),
+      close: () => this.endStdin(),
+      abort: () => this.endStdin(),
     });
   }
 }

@@ -158,7 +158,8 @@ export class PooledSubprocess {
     this.stdout = execution.stdout;
     this.stderr = execution.stderr;
     this.stdin = execution.stdin === undefined ? undefined : fileSink(execution.stdin);
-    this.exited = execution.completed.then(({ info }) => {
+    // As in Bun, `exited` comes with the exit itself: piped output may still be open (a grandchild can hold it).
+    this.exited = execution.exited.then((info) => {
       this.#exitCode = info.code;
       this.#signalCode = info.signal;
       return info.signal !== null ? 128 + (signalNumber(info.signal) ?? 0) : info.code ?? 1;

@@ -403,6 +403,29 @@ for (const runtime of WORKERS) {
       process.kill(grandchild, "SIGKILL");
     });
 
+    it("status (Deno shape) and exited (Bun shape) come with the exit, before output a grandchild holds ends", async () => {
+      // The grandchild keeps stdout open for 30 s; the pool lets go of it once it is quiet after the exit.
+      const script = "sleep 30 & echo $!";
+      const order = async (exit: Promise<unknown>, stdout: ReadableStream<Uint8Array>) => {
+        const seen: string[] = [];
+        let output = "";
+        await Promise.all([
+          exit.then(() => seen.push("exit")),
+          (async () => {
+            for await (const chunk of stdout) output += text(chunk);
+            seen.push("stdout ended");
+          })(),
+        ]);
+        process.kill(Number(output.trim()), "SIGKILL");
+        return seen;
+      };
+      const deno = pool.command("sh", { args: ["-c", script], stdout: "piped" }).spawn();
+      assert.deepEqual(await order(deno.status, deno.stdout), ["exit", "stdout ended"]);
+      const bun = pool.spawn(["sh", "-c", script]);
+      assert.deepEqual(await order(bun.exited, bun.stdout!), ["exit", "stdout ended"]);
+      assert.equal(bun.exitCode, 0);
+    });
+
     it("commands see neither the channel, nor its secret, nor the worker's variables", async () => {
       const child = pool.command("sleep", { args: ["30"], stdout: "null", stderr: "null" }).spawn();
       const pid = await child.spawned;

@@ -1,17 +1,29 @@
 // Installs the pinned runtimes (deno, bun, node 24) and dev tools from npm when they are missing.
 // Runs under any Node >= 18 (a fresh machine's own), before the runtimes exist.
 import { execFileSync } from "node:child_process";
-import { existsSync, rmSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const bin = join(root, "node_modules", ".bin");
 
+/** Whether each pinned dev tool (package.json's devDependencies) is installed at its pinned version. */
+function pinnedInstalled() {
+  const pins = JSON.parse(readFileSync(join(root, "package.json"), "utf8")).devDependencies;
+  return Object.entries(pins).every(([name, version]) => {
+    try {
+      return JSON.parse(readFileSync(join(root, "node_modules", name, "package.json"), "utf8")).version === version;
+    } catch {
+      return false;
+    }
+  });
+}
+
 export function ensureInstalled() {
   const needed = ["deno", "bun", "node", "tsc"].map((name) => join(bin, name));
-  if (needed.every((path) => existsSync(path))) return;
-  console.log("Installing deno, bun, node 24 and typescript from npm (once)...");
+  if (needed.every((path) => existsSync(path)) && pinnedInstalled()) return;
+  console.log("Installing the pinned deno, bun, node 24 and typescript from npm...");
   // `npm install`, not `npm ci`: npm ci rejects this lock file over deno's platform packages, which carry
   // no version in it ("Missing: @deno/darwin-arm64@ from lock file"); install follows the lock all the same.
   execFileSync("npm", ["install", "--no-audit", "--no-fund"], { cwd: root, stdio: "inherit" });
