@@ -7,13 +7,27 @@
 
 import { Buffer } from "node:buffer";
 import { spawn as nodeSpawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { readdirSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { detectRuntime } from "../adapters/runtime.ts";
 import type { RuntimeName } from "../mod.ts";
 
-/** The runtime running this benchmark. */
-export const HOST: RuntimeName = detectRuntime();
+/**
+ * The runtime running this benchmark. (Not `detectRuntime()` from adapters/runtime.ts: importing it would load
+ * the TypeScript sources into a Bun or Node host that measures dist/, and make the host larger.)
+ */
+export const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+
+/** Newest modification time among the TypeScript sources dist/ is built from, in ms. */
+function newestSource(): number {
+  let newest = 0;
+  for (const dir of ["", "adapters", "core", "node", "worker"]) {
+    const path = fileURLToPath(new URL(`../${dir}`, import.meta.url).href);
+    for (const name of readdirSync(path)) {
+      if (name.endsWith(".ts")) newest = Math.max(newest, statSync(`${path}/${name}`).mtimeMs);
+    }
+  }
+  return newest;
+}
 
 /**
  * spawnpool as this runtime's users get it: Deno apps import the TypeScript source (JSR); Bun and Node apps
@@ -26,8 +40,9 @@ export const HOST: RuntimeName = detectRuntime();
 export async function loadSpawnpool(): Promise<typeof import("../mod.ts")> {
   if (HOST === "deno") return await import("../mod.ts");
   const build = new URL("../dist/mod.js", import.meta.url);
-  if (!existsSync(fileURLToPath(build.href))) {
-    throw new Error("dist/ is not built: run `npm run build` first (`npm start` does)");
+  const built = statSync(fileURLToPath(build.href), { throwIfNoEntry: false })?.mtimeMs;
+  if (built === undefined || built < newestSource()) {
+    throw new Error("dist/ is missing or older than the sources: run `npm run build` first (`npm start` does)");
   }
   return await import(build.href);
 }

@@ -188,7 +188,7 @@ export interface ExecutionOptions {
   events?: ExecutionEvents;
 }
 
-/** Steps of an execution, as they arrive; the promises `spawned` and `completed` carry the same. */
+/** Steps of an execution, as they arrive; the promises `spawned`, `exited` and `completed` carry the same. */
 export interface ExecutionEvents {
   /** The child started. */
   spawned(pid: number): void;
@@ -289,7 +289,7 @@ export class Execution implements RequestSink {
 
   /** Sends a signal to the child (or its process group); queued until the child exists. */
   kill(signal: string, group = false): void {
-    if (this.#done) return;
+    if (this.#done || this.#exited) return;
     this.killed = true;
     const text = new TextEncoder().encode(group ? `-${signal}` : signal);
     void this.#assigned.promise.then((worker) => worker.send(Frame.Kill, this.id, text), () => {});

@@ -123,7 +123,10 @@ export class PooledSubprocess {
   readonly stdout: ReadableStream<Uint8Array> | undefined;
   /** Stderr when it is "pipe"; undefined otherwise. */
   readonly stderr: ReadableStream<Uint8Array> | undefined;
-  /** Resolves with the exit code (128 + signal number after a signal); rejects if the command could not start. */
+  /**
+   * Resolves with the exit code (128 + signal number after a signal) when the command exits; rejects if it could
+   * not start, or if its worker died or the pool closed before it exited.
+   */
   readonly exited: Promise<number>;
   #execution: Execution;
   #exitCode: number | null = null;

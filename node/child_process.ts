@@ -279,11 +279,11 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
     noNulBytes(key, `options.env['${key}']`);
     noNulBytes(value, `options.env['${key}']`);
     // Node passes each entry on as "key=value": a key holding "=" is read by the command as the name before
-    // its first "=", whose value starts after it; the first entry of a name is the one a command sees. An
-    // entry without a name cannot be read by name at all, and is left out.
+    // its first "=", whose value starts after it. Where that repeats a name, the later entry wins, as a shell
+    // reads its environment. An entry without a name cannot be read by name at all, and is left out.
     const cut = key.indexOf("=");
     const name = cut < 0 ? key : key.slice(0, cut);
-    if (name === "" || Object.hasOwn(env, name)) continue;
+    if (name === "") continue;
     env[name] = cut < 0 ? String(value) : `${key.slice(cut + 1)}=${String(value)}`;
   }
 

@@ -230,9 +230,10 @@ for (const runtime of WORKERS) {
           assert.deepEqual(await survivors([worker]), [], "the worker went with its group");
           await sibling.status.catch(() => {});
           // A request sent before the host sees the channel close would fail with ERR_WORKER_DIED.
-          for (let i = 0; i < 100 && own.stats().workers.some((w) => w.pid === worker); i++) {
+          for (let i = 0; i < 300 && own.stats().workers.some((w) => w.pid === worker); i++) {
             await new Promise((r) => setTimeout(r, 10));
           }
+          assert.ok(!own.stats().workers.some((w) => w.pid === worker), "the pool let go of the dead worker");
           const after = await own.command("echo", { args: ["after"] }).output();
           assert.equal(text(after.stdout), "after\n");
           assert.equal(own.stats().started, 2, "one replacement worker");
@@ -440,8 +441,9 @@ for (const runtime of WORKERS) {
       const pooled = fdsOf(text((await pool.command("sh", { args: listFds }).output()).stdout));
       assert.ok(pooled.length >= 3, "the listing has the shell's own fds");
       // Its stdout and stderr are the pool's pipes (socketpairs under a Node worker); nothing else may be a socket.
-      const sockets = pooled.filter(({ fd, target }) => fd > 2 && target.startsWith("socket:"));
+      const sockets = pooled.filter(({ fd, target }) => fd !== 1 && fd !== 2 && target.startsWith("socket:"));
       assert.deepEqual(sockets, [], "no socket is inherited by a command");
+      assert.equal(pooled.find(({ fd }) => fd === 0)?.target, "/dev/null", "stdin reads nothing");
       // Whatever a native spawn from this process would pass on too (fds the test runner's own parent left
       // open, without close-on-exec) is not the pool's; anything beyond that would be.
       const native = spawnSync("sh", listFds, { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
