@@ -106,5 +106,22 @@ export function childProcessFor(pool: Pool): ChildProcessApi {
 }
 
 export { AbortError, ChildProcess, type ChildProcessApi, type ExecError } from "./node/child_process.ts";
-export { execFileSync, execSync, fork, spawnSync } from "node:child_process";
+import { execFileSync, execSync, fork, spawnSync } from "node:child_process";
+export { execFileSync, execSync, fork, spawnSync };
 export type { Pool } from "./pool.ts";
+
+/**
+ * The module as one object too, for `import cp from "spawnpool/node"`: the form of
+ * `import cp from "node:child_process"` that a one-line switch meets.
+ */
+const childProcess: {
+  spawn: typeof spawn;
+  execFile: typeof execFile;
+  exec: typeof exec;
+  childProcessFor: typeof childProcessFor;
+  execFileSync: typeof execFileSync;
+  execSync: typeof execSync;
+  fork: typeof fork;
+  spawnSync: typeof spawnSync;
+} = { spawn, execFile, exec, childProcessFor, execFileSync, execSync, fork, spawnSync };
+export default childProcess;

@@ -1,9 +1,12 @@
 /**
- * Reads a child's output stream (a web `ReadableStream`, as `Bun.spawn` and `Deno.Command` give) into
+ * What the adapters share about commands: a pump that reads a child's output stream (a web `ReadableStream`, as
+ * `Bun.spawn` and `Deno.Command` give) into
  * callbacks, with pause and resume for flow control.
  *
  * @module
  */
+
+import { SpawnFailed } from "../core/adapter.ts";
 
 /** Pumps a readable stream into callbacks until it ends or is released. */
 export class StreamPump {
@@ -59,8 +62,18 @@ export function releasePumps(
   if (fd !== 1) pumps[2]?.release();
 }
 
+/** A runtime's spawn error (thrown, or reported) as the {@linkcode SpawnFailed} a worker reports to its host. */
+export function spawnFailed(error: unknown): SpawnFailed {
+  const errno = (error as { errno?: unknown })?.errno;
+  return new SpawnFailed({
+    code: errorCode(error),
+    errno: typeof errno === "number" ? errno : undefined,
+    message: error instanceof Error ? error.message : String(error),
+  });
+}
+
 /** Maps a runtime's thrown spawn error to an errno name. */
-export function errorCode(error: unknown): string {
+function errorCode(error: unknown): string {
   const code = (error as { code?: unknown })?.code;
   if (typeof code === "string") return code;
   const name = (error as { name?: unknown })?.name;

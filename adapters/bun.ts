@@ -6,13 +6,13 @@
  */
 
 import process from "node:process";
-import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
+import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { signalName } from "../core/signals.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
-import { errorCode, releasePumps, StreamPump } from "./_stream_pump.ts";
+import { releasePumps, spawnFailed, StreamPump } from "./_stream_pump.ts";
 
 type BunStdio = "pipe" | "inherit" | "ignore";
 
@@ -98,14 +98,7 @@ export const bunAdapter: Adapter = {
         detached: true,
       });
     } catch (error) {
-      const errno = (error as { errno?: unknown }).errno;
-      return Promise.reject(
-        new SpawnFailed({
-          code: errorCode(error),
-          errno: typeof errno === "number" ? errno : undefined,
-          message: error instanceof Error ? error.message : String(error),
-        }),
-      );
+      return Promise.reject(spawnFailed(error));
     }
     const pumps: [undefined, StreamPump | undefined, StreamPump | undefined] = [undefined, undefined, undefined];
     for (const fd of [1, 2] as const) {
@@ -125,7 +118,9 @@ export const bunAdapter: Adapter = {
       async write(chunk) {
         if (stdin === undefined || typeof stdin === "number" || stdin === null) return false;
         try {
-          stdin.write(chunk);
+          // `write` returns a promise when the pipe took only part of the chunk; it rejects (EPIPE) if the child
+          // closed its stdin, which must not go unhandled.
+          await stdin.write(chunk);
           await stdin.flush();
           return true;
         } catch {

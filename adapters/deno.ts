@@ -10,7 +10,7 @@ import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
-import { errorCode, releasePumps, StreamPump } from "./_stream_pump.ts";
+import { releasePumps, spawnFailed, StreamPump } from "./_stream_pump.ts";
 import {
   handshake,
   newSecret,
@@ -237,9 +237,7 @@ export const denoAdapter: Adapter = {
         detached: ownGroup,
       }).spawn();
     } catch (error) {
-      return Promise.reject(
-        new SpawnFailed({ code: errorCode(error), message: error instanceof Error ? error.message : String(error) }),
-      );
+      return Promise.reject(spawnFailed(error));
     }
     const pumps: [undefined, StreamPump | undefined, StreamPump | undefined] = [undefined, undefined, undefined];
     if (request.stdout === "piped") {

@@ -8,10 +8,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { Socket } from "node:net";
 import process from "node:process";
-import { type Adapter, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
+import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { lendingSocketChannel, socketChannel } from "./_socket_channel.ts";
+import { spawnFailed } from "./_stream_pump.ts";
 import { connectedPair, connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 
 type NodeStdio = "pipe" | "inherit" | "ignore";
@@ -25,11 +26,7 @@ export function nodeStdio(mode: StdioMode, isStdin: boolean): NodeStdio {
 /** Resolves once `child` has spawned; rejects with {@linkcode SpawnFailed} if it could not. */
 export function whenSpawned(child: ChildProcess): Promise<void> {
   return new Promise((resolve, reject) => {
-    const onError = (error: NodeJS.ErrnoException) => {
-      reject(
-        new SpawnFailed({ code: error.code ?? "EUNKNOWN", errno: error.errno, message: error.message }),
-      );
-    };
+    const onError = (error: NodeJS.ErrnoException) => reject(spawnFailed(error));
     child.once("error", onError);
     child.once("spawn", () => {
       child.off("error", onError);
@@ -103,15 +100,21 @@ export const nodeAdapter: Adapter = {
   },
 
   async spawn(request, events) {
-    const child = spawn(request.cmd, request.args, {
-      cwd: request.cwd,
-      env: commandEnv(request),
-      stdio: [nodeStdio(request.stdin, true), nodeStdio(request.stdout, false), nodeStdio(request.stderr, false)],
-      argv0: request.argv0,
-      uid: request.uid,
-      gid: request.gid,
-      detached: true,
-    });
+    let child: ChildProcess;
+    try {
+      child = spawn(request.cmd, request.args, {
+        cwd: request.cwd,
+        env: commandEnv(request),
+        stdio: [nodeStdio(request.stdin, true), nodeStdio(request.stdout, false), nodeStdio(request.stderr, false)],
+        argv0: request.argv0,
+        uid: request.uid,
+        gid: request.gid,
+        detached: true,
+      });
+    } catch (error) {
+      // Node throws most spawn errors (ENOTDIR, E2BIG, EPERM, ...) here and reports only a few as 'error'.
+      throw spawnFailed(error);
+    }
     child.stdin?.on("error", () => {});
     await whenSpawned(child);
     const streams = [undefined, child.stdout, child.stderr] as const;

@@ -61,11 +61,20 @@ export function toPath(value: string | URL, what: string): string {
   return noNul(value, what);
 }
 
+/** The longest delay a timer takes; a longer one would fire at once (every runtime's timers overflow there). */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 function positiveInteger(value: unknown, what: string, allowZero = false): number {
   if (typeof value !== "number" || !Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
     throw new RangeError(`${what} must be a ${allowZero ? "non-negative" : "positive"} integer, got ${String(value)}`);
   }
   return value;
+}
+
+function delay(value: unknown, what: string, allowZero = false): number {
+  const ms = positiveInteger(value, what, allowZero);
+  if (ms > MAX_TIMER_MS) throw new RangeError(`${what} must be at most ${MAX_TIMER_MS} ms, got ${ms}`);
+  return ms;
 }
 
 /**
@@ -104,13 +113,13 @@ export function buildRequest(input: RequestInput): SpawnRequest {
     killSignal: signalName(input.killSignal ?? "SIGTERM"),
     forceKillAfterDelay: input.forceKillAfterDelay === undefined
       ? DEFAULT_FORCE_KILL_AFTER_DELAY
-      : positiveInteger(input.forceKillAfterDelay, "forceKillAfterDelay", true),
+      : delay(input.forceKillAfterDelay, "forceKillAfterDelay", true),
     window: DEFAULT_WINDOW,
   };
   if (input.cwd !== undefined) request.cwd = toPath(input.cwd, "cwd");
   if (env !== undefined) request.env = env;
   if (input.clearEnv) request.clearEnv = true;
-  if (input.timeout !== undefined) request.timeout = positiveInteger(input.timeout, "timeout");
+  if (input.timeout !== undefined) request.timeout = delay(input.timeout, "timeout");
   if (input.maxBuffer !== undefined) request.maxBuffer = positiveInteger(input.maxBuffer, "maxBuffer");
   if (input.argv0 !== undefined) {
     if (typeof input.argv0 !== "string") throw new TypeError("argv0 must be a string");

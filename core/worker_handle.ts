@@ -188,7 +188,11 @@ export class WorkerHandle {
 
   #dispatch(type: number, id: number, payload: Uint8Array): void {
     const sink = this.#requests.get(id);
-    if (sink === undefined) throw new ProtocolError(`Frame of type ${type} for unknown request ${id}`);
+    if (sink === undefined) {
+      // A stdin write that finished as its request completed may be acknowledged after the Exit frame.
+      if (type === Frame.StdinAck) return;
+      throw new ProtocolError(`Frame of type ${type} for unknown request ${id}`);
+    }
     switch (type) {
       case Frame.Spawned:
         return sink.onSpawned(decodeU32(payload));

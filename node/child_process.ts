@@ -9,13 +9,14 @@ import { Buffer } from "node:buffer";
 import * as native from "node:child_process";
 import { EventEmitter } from "node:events";
 import { constants as osConstants } from "node:os";
+import { resolve } from "node:path";
 import process from "node:process";
 import { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { SpawnError } from "../core/errors.ts";
 import { CreditBatch, Execution, type OutputControls, type OutputSink, type Scheduler } from "../core/execution.ts";
 import type { ExitInfo, StdioMode, StreamFd } from "../core/frame.ts";
-import { buildRequest } from "../core/options.ts";
+import { buildRequest, MAX_TIMER_MS } from "../core/options.ts";
 import { signalName } from "../core/signals.ts";
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -116,6 +117,8 @@ function validateTimeout(timeout: unknown): number {
   if (!(Number.isInteger(timeout) && (timeout as number) >= 0)) {
     throw outOfRange("timeout", "an unsigned integer", timeout);
   }
+  // Node accepts more, and its timer then fires at once: a pool refuses instead of killing the command.
+  if ((timeout as number) > MAX_TIMER_MS) throw outOfRange("timeout", `<= ${MAX_TIMER_MS}`, timeout);
   return timeout as number;
 }
 
@@ -146,6 +149,8 @@ interface PooledSpawn {
   detached: boolean;
   timeout: number;
   killSignal: string;
+  /** What an abort sends: `killSignal` for spawn, SIGTERM for execFile (which handles `killSignal` itself in Node). */
+  abortSignal: string;
   signal?: AbortSignal;
 }
 
@@ -242,7 +247,8 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
   }
   const o = options as Record<string, unknown>;
   // An empty cwd is the host's, as in Node.
-  const cwd = (o.cwd === undefined || o.cwd === null ? "" : validatedPath(o.cwd, "options.cwd")) || process.cwd();
+  // A relative cwd is the host's current directory's (the worker's may differ), and an empty one is that directory.
+  const cwd = resolve(process.cwd(), o.cwd === undefined || o.cwd === null ? "" : validatedPath(o.cwd, "options.cwd"));
   optionalBoolean(o, "detached");
   const uid = optionalInt32(o, "uid");
   const gid = optionalInt32(o, "gid");
@@ -300,6 +306,7 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
     detached: o.detached === true,
     timeout,
     killSignal,
+    abortSignal: killSignal,
   };
   if (argv0 !== undefined) spec.argv0 = argv0;
   if (uid !== undefined) spec.uid = uid;
@@ -325,6 +332,8 @@ function warnNative(reason: string): void {
 class OutputReadable extends Readable {
   readonly #controls: OutputControls;
   readonly #credits: CreditBatch;
+  /** Told when the buffer may have crossed its high-water mark (reading starts or stops, as on a pipe). */
+  onPressure: (() => void) | undefined;
 
   constructor(controls: OutputControls) {
     super();
@@ -334,6 +343,7 @@ class OutputReadable extends Readable {
 
   override _read(): void {
     this.#credits.flush();
+    this.onPressure?.();
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
@@ -351,6 +361,7 @@ class OutputReadable extends Readable {
     // Credited in batches while Node's buffer takes more; past its high-water mark, once it asks to _read.
     this.#credits.hold(chunk.byteLength);
     if (this.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength))) this.#credits.flushIfFull();
+    else this.onPressure?.();
   }
 
   finish(): void {
@@ -409,6 +420,7 @@ export class ChildProcess extends EventEmitter {
   ];
 
   readonly #execution: Execution;
+  /** Sent on abort. */
   readonly #killSignal: string;
   /** 'close' waits for the exit (or failure) and for each piped output stream to close. */
   #closesNeeded = 1;
@@ -431,7 +443,7 @@ export class ChildProcess extends EventEmitter {
     super();
     this.spawnfile = spec.file;
     this.spawnargs = spec.spawnargs as string[];
-    this.#killSignal = spec.killSignal;
+    this.#killSignal = spec.abortSignal;
     const outputs: [undefined, OutputReadable | undefined, OutputReadable | undefined] = [
       undefined,
       undefined,
@@ -502,6 +514,9 @@ export class ChildProcess extends EventEmitter {
    * @throws {TypeError} For an unknown signal (`ERR_UNKNOWN_SIGNAL`).
    */
   kill(signal?: NodeJS.Signals | number): boolean {
+    if (signal !== undefined && typeof signal !== "string" && typeof signal !== "number") {
+      throw nodeError(TypeError, "ERR_UNKNOWN_SIGNAL", `Unknown signal: ${String(signal)}`);
+    }
     const name = signal === 0 ? "0" : killSignalOf(signal ?? "SIGTERM", "signal")!;
     if (this.#settled) return false;
     if (name !== "0") this.#execution.kill(name);
@@ -516,15 +531,17 @@ export class ChildProcess extends EventEmitter {
   }
 
   /**
-   * Lets the host exit while the command runs. As in Node, output that is being read still keeps the
-   * host alive until it ends.
+   * Lets the host exit while the command runs. As in Node, a piped output still keeps the host alive until
+   * it ends, while it is being read or its buffer has room (Node reads a pipe until its buffer is full).
    */
   unref(): void {
     this.#unrefed = true;
     if (!this.#watchingStreams) {
       this.#watchingStreams = true;
-      for (const stream of [this.stdout, this.stderr]) {
-        for (const event of ["pause", "resume", "end", "close"]) stream?.on(event, () => this.#updateRef());
+      for (const stream of [this.stdout, this.stderr] as Array<OutputReadable | null>) {
+        if (stream === null) continue;
+        for (const event of ["pause", "resume", "end", "close"]) stream.on(event, () => this.#updateRef());
+        stream.onPressure = () => this.#updateRef();
       }
     }
     this.#updateRef();
@@ -532,7 +549,8 @@ export class ChildProcess extends EventEmitter {
 
   #updateRef(): void {
     const reading = [this.stdout, this.stderr].some((stream) =>
-      stream !== null && !stream.destroyed && !stream.readableEnded && stream.readableFlowing === true
+      stream !== null && !stream.destroyed && !stream.readableEnded &&
+      (stream.readableFlowing === true || stream.readableLength < stream.readableHighWaterMark)
     );
     if (!this.#unrefed || reading) this.#execution.ref();
     else this.#execution.unref();
@@ -698,12 +716,18 @@ const MAX_BUFFER = 1024 * 1024;
 
 /** Creates `spawn`, `execFile` and `exec` that run commands through `scheduler()`. */
 export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
-  function spawnPooled(file: unknown, args?: unknown, options?: unknown): ChildProcess | native.ChildProcess {
+  function spawnPooled(
+    file: unknown,
+    args?: unknown,
+    options?: unknown,
+    abortSignal?: string,
+  ): ChildProcess | native.ChildProcess {
     const spec = normalizeSpawn(file, args, options);
     if (typeof spec === "string") {
       warnNative(spec);
       return native.spawn(file as string, args as string[], options as native.SpawnOptions);
     }
+    if (abortSignal !== undefined) spec.abortSignal = abortSignal;
     return new ChildProcess(scheduler(), spec);
   }
 
@@ -761,7 +785,7 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       killSignal,
       windowsHide: !!o.windowsHide,
       windowsVerbatimArguments: !!o.windowsVerbatimArguments,
-    }) as ChildProcess;
+    }, "SIGTERM") as ChildProcess;
     const done = callback as ExecCallback | undefined;
     const encoding = o.encoding !== "buffer" && typeof o.encoding === "string" && Buffer.isEncoding(o.encoding)
       ? o.encoding

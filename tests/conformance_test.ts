@@ -396,6 +396,31 @@ for (const runtime of WORKERS) {
       assert.equal(bunError.code, "EACCES");
     });
 
+    it("other spawn failures keep their errno name (ENOTDIR)", async () => {
+      // Node throws these from spawn() rather than emitting them; every worker reports the code all the same.
+      const bunError = await pool.spawn(["/etc/passwd/x"]).exited.then(() => null, (e) => e);
+      assert.equal(bunError?.code, "ENOTDIR");
+    });
+
+    it("a stdin write acknowledged after its command completed does not break the channel", async () => {
+      // The background sleep holds stdin unread while the shell exits at once: the worker finishes writing the
+      // input after the request completed. The other command on the same worker must not notice.
+      const own = new Pool({ size: 1, runtime });
+      try {
+        const bystander = own.command("sleep", { args: ["1"] }).output();
+        for (let i = 0; i < 3; i++) {
+          const proc = own.spawn(["sh", "-c", "sleep 0.3 <&0 & exit 0"], {
+            stdin: new Uint8Array(1024 * 1024),
+            stdout: "ignore",
+          });
+          assert.equal(await proc.exited, 0);
+        }
+        assert.equal((await bystander).code, 0);
+      } finally {
+        await own.close();
+      }
+    });
+
     it("a grandchild holding stdout open does not hold the request", async () => {
       const out = await pool.command("sh", { args: ["-c", "sleep 30 & echo $!"] }).output();
       const grandchild = Number(text(out.stdout).trim());
@@ -469,6 +494,8 @@ for (const runtime of WORKERS) {
       assert.throws(() => pool.command("echo", { timeout: -1 }), RangeError);
       assert.throws(() => pool.command("echo", { killSignal: "SIGNOPE" }), RangeError);
       assert.throws(() => pool.command("echo", { killSignal: "constructor" }), RangeError);
+      assert.throws(() => pool.command("echo", { timeout: 2 ** 31 }), RangeError); // a timer would fire at once
+      assert.throws(() => pool.command("echo", { forceKillAfterDelay: Number.MAX_SAFE_INTEGER }), RangeError);
       assert.throws(() => pool.spawn([]), TypeError);
       assert.throws(() => pool.spawn("echo" as unknown as string[]), TypeError);
       assert.throws(() => pool.spawn(["sleep", "1"], { stdin: 5 as unknown as "pipe" }), TypeError);

@@ -172,12 +172,12 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       job.stdinChain = job.stdinChain.then(() => child.closeStdin());
       return;
     }
-    job.stdinChain = job.stdinChain
-      .then(() => child.write(op))
-      .then(
-        (ok) => writer.send(Frame.StdinAck, job.id, ok ? STDIN_OK : STDIN_CLOSED),
-        () => writer.send(Frame.StdinAck, job.id, STDIN_CLOSED),
-      );
+    // A write can finish after the request completed (the child exited with stdin unread): the host has
+    // let go of the request by then, so no ack.
+    const ack = (ok: boolean) => {
+      if (jobs.get(job.id) === job) writer.send(Frame.StdinAck, job.id, ok ? STDIN_OK : STDIN_CLOSED);
+    };
+    job.stdinChain = job.stdinChain.then(() => child.write(op)).then(ack, () => ack(false));
   };
 
   const start = async (job: Job): Promise<void> => {
