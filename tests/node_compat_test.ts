@@ -587,6 +587,22 @@ const scenarios: Scenario[] = [
     run: viaCallback((cp, cb) => cp.execFile("sleep", ["5"], { signal: timeoutSignal(150) }, cb)),
   },
   {
+    name: "execFile aborted: SIGTERM, whatever its killSignal (that one is for the timeout)",
+    run: (cp) =>
+      new Promise((resolve) => {
+        const options = { signal: timeoutSignal(150), killSignal: "SIGKILL" as NodeJS.Signals };
+        let reported: unknown;
+        const child: native.ChildProcess = cp.execFile("sleep", ["5"], options, (error) => (reported = error));
+        // The callback comes with the abort, before the exit: the signal shows once the command is gone.
+        child.on("close", () => resolve({ error: describeError(reported), signalCode: child.signalCode }));
+      }),
+    nativeDiffers: {
+      bun: { fields: ["signalCode"], why: "Bun's execFile sends its killSignal on abort" },
+      deno: { fields: ["signalCode"], why: "Deno's execFile sends its killSignal on abort" },
+    },
+    expectPooled: (r) => assert.equal(r.signalCode, "SIGTERM"),
+  },
+  {
     name: "execFile with shell: true",
     run: viaCallback((cp, cb) => cp.execFile("echo", ["$((6*7))"], { shell: true }, cb)),
     nativeDiffers: { deno: { fields: ["stdout"], why: "Deno quotes each argument for the shell" } },
@@ -657,6 +673,16 @@ const scenarios: Scenario[] = [
     }],
     ["spawn: killSignal an object", (cp: CP) => cp.spawn("echo", [], { killSignal: {} as NodeJS.Signals }), {
       deno: { fields: ["threw", "code"], why: "Deno does not validate killSignal" },
+    }],
+    ["kill(null)", (cp: CP) => {
+      const child = cp.spawn("true");
+      child.on("error", () => {});
+      child.kill(null as unknown as number);
+    }, { deno: { fields: ["threw", "code"], why: "Deno's kill() takes null for SIGTERM" } }],
+    ["kill({})", (cp: CP) => {
+      const child = cp.spawn("true");
+      child.on("error", () => {});
+      child.kill({} as unknown as number);
     }],
     ["spawn: shell a number", (cp: CP) => cp.spawn("echo", [], { shell: 5 as unknown as boolean })],
     ["spawn: argv0 a number", (cp: CP) => cp.spawn("echo", [], { argv0: 5 as unknown as string })],
