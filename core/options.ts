@@ -62,7 +62,7 @@ export function toPath(value: string | URL, what: string): string {
 }
 
 /** The longest delay a timer takes; a longer one would fire at once (every runtime's timers overflow there). */
-export const MAX_TIMER_MS = 2 ** 31 - 1;
+export const MAX_TIMER_MS: number = 2 ** 31 - 1;
 
 function positiveInteger(value: unknown, what: string, allowZero = false): number {
   if (typeof value !== "number" || !Number.isInteger(value) || value < (allowZero ? 0 : 1)) {

@@ -78,11 +78,21 @@ export class PoolCore implements Scheduler {
   readonly #maxQueue: number;
   #workers: WorkerHandle[] = [];
   #ready: WorkerHandle[] = [];
+  /** Starts before their worker process exists (backoff, launch). */
   #starting = 0;
+  /** Starts not yet ready or failed (the hello included). */
+  #pending = 0;
+  #starts = new Set<Promise<void>>();
+  /** Exits of workers that came up after the pool closed. */
+  #lateExits: Array<Promise<void>> = [];
   #started = 0;
   #queue: Execution[] = [];
   #closed: Promise<void> | undefined;
+  /** A closing pool still takes workers that become ready while it drains its queue. */
+  #draining = false;
   #failures = 0;
+  /** Why the last start failed, until the waiters have heard it. */
+  #startError: SpawnPoolError | undefined;
   #readyWaiters: Array<{ resolve: () => void; reject: (error: unknown) => void }> = [];
 
   /**
@@ -115,7 +125,10 @@ export class PoolCore implements Scheduler {
     this.#maxQueue = maxQueue;
   }
 
-  /** Starts the workers if they are not running and resolves when all have said hello. */
+  /**
+   * Starts the workers if they are not running and resolves when all have said hello; rejects with
+   * `ERR_WORKER_START` if one could not start (the pool goes on with the others).
+   */
   async ready(): Promise<void> {
     this.#assertOpen();
     this.#fill();
@@ -180,18 +193,25 @@ export class PoolCore implements Scheduler {
     const closedError = new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed");
     for (const waiter of this.#readyWaiters.splice(0)) waiter.reject(closedError);
     if (drain) {
+      this.#draining = true;
       while (this.#queue.length > 0 || this.#workers.some((w) => w.inFlight > 0)) {
-        if (this.#workers.length === 0 && this.#starting === 0) break;
+        if (this.#workers.length === 0 && this.#pending === 0) break; // nothing left to run them
         await new Promise((resolve) => setTimeout(resolve, 5));
       }
+      this.#draining = false;
     }
     for (const execution of this.#queue.splice(0)) execution.reject(closedError);
-    const workers = [...this.#workers];
-    for (const worker of workers) {
-      worker.process.ref(); // the host stays up until the workers are gone
-      worker.close(closedError);
+    // Workers still starting are closed as soon as they exist: wait for them too.
+    const closing: WorkerHandle[] = [];
+    while (this.#workers.length > 0 || this.#starts.size > 0) {
+      for (const worker of this.#workers) {
+        worker.process.ref(); // the host stays up until the workers are gone
+        closing.push(worker);
+        worker.close(closedError);
+      }
+      await Promise.allSettled([...this.#starts]);
     }
-    await Promise.all(workers.map((worker) => worker.process.exited));
+    await Promise.all([...closing.map((worker) => worker.process.exited), ...this.#lateExits]);
   }
 
   #assertOpen(): void {
@@ -212,56 +232,87 @@ export class PoolCore implements Scheduler {
   }
 
   #fill(): void {
-    while (!this.#closed && this.#workers.length + this.#starting < this.#size) void this.#startOne();
+    while (!this.#closed && this.#workers.length + this.#starting < this.#size) {
+      const start = this.#startOne();
+      this.#starts.add(start);
+      void start.finally(() => this.#starts.delete(start));
+    }
+  }
+
+  /** Whether a worker that comes up now is wanted: not once the pool closes, except while it drains. */
+  get #wanted(): boolean {
+    return this.#closed === undefined || this.#draining;
   }
 
   async #startOne(): Promise<void> {
+    this.#pending++;
+    try {
+      const handle = await this.#launch();
+      if (handle === undefined) return;
+      await handle.ready;
+      if (!this.#wanted) {
+        handle.close(new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed"));
+        return;
+      }
+      this.#failures = 0;
+      this.#ready.push(handle);
+      while (this.#queue.length > 0) this.#assign(this.#queue.shift()!, this.#pick()!);
+    } catch (error) {
+      if (this.#closed !== undefined) return; // a closing pool stops its starts
+      this.#failures++;
+      this.#startError = error instanceof SpawnPoolError ? error : new SpawnPoolError(
+        "ERR_WORKER_START",
+        `Could not start a ${this.#runtime} worker: ${error instanceof Error ? error.message : String(error)}`,
+        { cause: error },
+      );
+    } finally {
+      this.#pending--;
+      this.#settleWaiters();
+    }
+  }
+
+  /** Launches a worker process after the backoff; undefined when the pool no longer wants it by then. */
+  async #launch(): Promise<WorkerHandle | undefined> {
     this.#starting++;
-    let handle: WorkerHandle;
     try {
       if (this.#failures > 0) {
         const delay = Math.min(RESTART_BACKOFF_MAX_MS, RESTART_BACKOFF_MS * 2 ** (this.#failures - 1));
         await new Promise((resolve) => setTimeout(resolve, delay));
       }
-      const launch = this.#platform.launch(this.#runtime, this.#execPath);
-      const process = await this.#platform.host.startWorker(launch);
-      handle = new WorkerHandle(process, (closed) => this.#onWorkerClosed(closed));
+      if (!this.#wanted) return undefined;
+      const process = await this.#platform.host.startWorker(this.#platform.launch(this.#runtime, this.#execPath));
+      const handle = new WorkerHandle(process, (closed) => this.#onWorkerClosed(closed));
+      if (!this.#wanted) {
+        // The pool closed while this worker started: it goes at once, and the closing pool waits for its exit.
+        process.ref();
+        handle.close(new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed"));
+        this.#lateExits.push(process.exited);
+        return undefined;
+      }
       this.#workers.push(handle);
       this.#started++;
-    } catch (error) {
-      this.#onStartFailed(error);
-      return;
+      return handle;
     } finally {
       this.#starting--;
     }
-    try {
-      await handle.ready;
-    } catch (error) {
-      this.#onStartFailed(error);
-      return;
-    }
-    if (this.#closed) {
-      handle.close(new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed"));
-      return;
-    }
-    this.#failures = 0;
-    this.#ready.push(handle);
-    if (this.#ready.length >= this.#size) { for (const waiter of this.#readyWaiters.splice(0)) waiter.resolve(); }
-    while (this.#queue.length > 0) this.#assign(this.#queue.shift()!, this.#pick()!);
   }
 
-  #onStartFailed(error: unknown): void {
-    this.#failures++;
-    const startError = error instanceof SpawnPoolError ? error : new SpawnPoolError(
-      "ERR_WORKER_START",
-      `Could not start a ${this.#runtime} worker: ${error instanceof Error ? error.message : String(error)}`,
-      { cause: error },
-    );
-    // With no worker able to run them, waiting requests fail instead of hanging.
-    if (this.#ready.length === 0) {
-      for (const execution of this.#queue.splice(0)) execution.reject(startError);
-      for (const waiter of this.#readyWaiters.splice(0)) waiter.reject(startError);
+  /**
+   * Once no start is under way: resolves `ready()` when every worker is ready; otherwise a failed start
+   * rejects it, and with no worker ready at all, the queued requests too (they would wait forever).
+   */
+  #settleWaiters(): void {
+    if (this.#pending > 0) return;
+    if (this.#ready.length >= this.#size) {
+      this.#startError = undefined;
+      for (const waiter of this.#readyWaiters.splice(0)) waiter.resolve();
+      return;
     }
+    const error = this.#startError;
+    if (error === undefined) return;
+    this.#startError = undefined;
+    for (const waiter of this.#readyWaiters.splice(0)) waiter.reject(error);
+    if (this.#ready.length === 0) { for (const execution of this.#queue.splice(0)) execution.reject(error); }
   }
 
   #onWorkerClosed(handle: WorkerHandle): void {

@@ -334,6 +334,8 @@ class OutputReadable extends Readable {
   readonly #credits: CreditBatch;
   /** Told when the buffer may have crossed its high-water mark (reading starts or stops, as on a pipe). */
   onPressure: (() => void) | undefined;
+  /** Whether this stream keeps the host alive while it is read (a pipe socket's `ref()`/`unref()`). */
+  refed = true;
 
   constructor(controls: OutputControls) {
     super();
@@ -344,6 +346,20 @@ class OutputReadable extends Readable {
   override _read(): void {
     this.#credits.flush();
     this.onPressure?.();
+  }
+
+  /** Lets this output keep the host alive while it is read (the default), as a pipe socket's `ref()`. */
+  ref(): this {
+    this.refed = true;
+    this.onPressure?.();
+    return this;
+  }
+
+  /** Stops this output keeping the host alive, as a pipe socket's `unref()`. */
+  unref(): this {
+    this.refed = false;
+    this.onPressure?.();
+    return this;
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
@@ -548,8 +564,8 @@ export class ChildProcess extends EventEmitter {
   }
 
   #updateRef(): void {
-    const reading = [this.stdout, this.stderr].some((stream) =>
-      stream !== null && !stream.destroyed && !stream.readableEnded &&
+    const reading = ([this.stdout, this.stderr] as Array<OutputReadable | null>).some((stream) =>
+      stream !== null && stream.refed && !stream.destroyed && !stream.readableEnded &&
       (stream.readableFlowing === true || stream.readableLength < stream.readableHighWaterMark)
     );
     if (!this.#unrefed || reading) this.#execution.ref();
@@ -640,7 +656,7 @@ export class ChildProcess extends EventEmitter {
         callback(ok ? null : epipe());
       }, callback);
     };
-    return new Writable({
+    const stdin = new Writable({
       write(chunk: Buffer, _encoding, callback) {
         send(chunk, callback);
       },
@@ -656,6 +672,8 @@ export class ChildProcess extends EventEmitter {
         callback(error);
       },
     });
+    // A pipe socket's ref()/unref(), for code that calls them: stdin never keeps the host alive here.
+    return Object.assign(stdin, { ref: () => stdin, unref: () => stdin });
   }
 }
 
@@ -804,6 +822,7 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
     const onExit = (code?: number | null, signal?: NodeJS.Signals | null): void => {
       if (exited) return;
       exited = true;
+      clearTimeout(timer);
       if (!done) return;
       const stdout = merge(1);
       const stderr = merge(2);
@@ -860,6 +879,10 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
         }
       });
     }
+    // Node's own timer: at the timeout, the output read so far is what the callback gets (the streams are
+    // destroyed first), and the command is signalled. The pool's timeout (passed to spawn) then also
+    // signals the command's process group, and SIGKILLs it if it lingers.
+    const timer = timeout > 0 ? setTimeout(kill, timeout) : undefined;
     child.addListener("close", onExit);
     child.addListener("error", (e: ExecError) => {
       error = e;

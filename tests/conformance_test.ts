@@ -553,6 +553,38 @@ describe(`${HOST} host, pool lifecycle`, () => {
     assert.deepEqual(await survivors([pid]), [], "the worker killed the command's group on its way out");
   });
 
+  it("close() runs the commands submitted while the workers were starting, then waits for the workers to exit", async () => {
+    const before = new Set(childPids(process.pid));
+    const pool = new Pool({ size: 2 });
+    const deno = pool.command("echo", { args: ["a"] }).output();
+    const bun = pool.spawn(["echo", "b"]);
+    await pool.close();
+    assert.equal(text((await deno).stdout), "a\n");
+    assert.equal(await bun.exited, 0);
+    const left = childPids(process.pid).filter((pid) => !before.has(pid) && alive(pid));
+    assert.deepEqual(left, [], "no worker outlives close()");
+  });
+
+  it("ready() rejects when a worker cannot start, and the pool goes on with the others", async () => {
+    process.env.FAIL_LATER_EXEC = process.execPath;
+    process.env.FAIL_LATER_DIR = mkdtempSync(join(scratch, "fail-later-"));
+    const pool = new Pool({ size: 2, execPath: fixture("fail_later_starts.sh") });
+    try {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const hung = new Promise((_, reject) => (timer = setTimeout(() => reject(new Error("ready() hangs")), 15_000)));
+      await Promise.race([
+        assert.rejects(pool.ready(), (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_START"),
+        hung,
+      ]).finally(() => clearTimeout(timer));
+      const out = await pool.command("echo", { args: ["still here"] }).output();
+      assert.equal(text(out.stdout), "still here\n");
+    } finally {
+      delete process.env.FAIL_LATER_EXEC;
+      delete process.env.FAIL_LATER_DIR;
+      await pool.close();
+    }
+  });
+
   it("await using closes the pool", async () => {
     let stats;
     {

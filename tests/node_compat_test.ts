@@ -285,7 +285,9 @@ const scenarios: Scenario[] = [
   spawnCase("stdio fd 3 'pipe' runs natively", sh("echo x", { stdio: ["pipe", "pipe", "pipe", "pipe"] }), {
     runsNatively: true,
   }),
-  ...["throw-in-listener", "unref-while-reading", "unref-unread", "unref-ignored-stdio"].map((which): Scenario => ({
+  ...["throw-in-listener", "unref-while-reading", "unref-unread", "unref-output-too", "unref-ignored-stdio"].map((
+    which,
+  ): Scenario => ({
     name: `host: ${which} (in a child process)`,
     run: (cp) => {
       const [exe, ...args] = hostArgv(fixture("cp_host.ts"), cp === pooled ? "pooled" : "native", which);
@@ -294,6 +296,14 @@ const scenarios: Scenario[] = [
       });
       return { status: result.status, stdout: result.stdout, stderr: result.stderr };
     },
+    ...(which === "unref-output-too"
+      ? {
+        nativeDiffers: {
+          bun: { fields: ["status", "stdout", "stderr"], why: "Bun's child.stdin has no unref()" },
+        },
+        expectPooled: (r: Record<string, unknown>) => assert.equal(r.stdout, "host exited at once\n"),
+      }
+      : {}),
     ...(which === "unref-unread"
       ? {
         nativeDiffers: {
@@ -546,6 +556,18 @@ const scenarios: Scenario[] = [
   },
   { name: "execFile killed by a signal", run: viaCallback((cp, cb) => cp.execFile("sh", ["-c", "kill -TERM $$"], cb)) },
   { name: "execFile timeout", run: viaCallback((cp, cb) => cp.execFile("sleep", ["5"], { timeout: 150 }, cb)) },
+  {
+    // The command ignores the signal and writes on: Node destroyed its output at the timeout, so the late write
+    // meets a closed pipe.
+    name: "execFile timeout: output after the timeout is discarded",
+    run: viaCallback((cp, cb) =>
+      cp.execFile("sh", ["-c", "trap '' TERM; echo early; sleep 0.8; echo late"], { timeout: 200 }, cb)
+    ),
+    nativeDiffers: {
+      deno: { fields: ["error"], why: "Deno's execFile reports SIGTERM for a command that ignores it" },
+    },
+    expectPooled: (r) => assert.equal((r.error as { signal?: string }).signal, "SIGPIPE"),
+  },
   {
     name: "execFile timeout with a lower-case killSignal",
     run: viaCallback((cp, cb) =>
