@@ -29,7 +29,10 @@ function loadGenerator() {
       name: "wrk",
       args: (url, seconds) => ["-t2", `-c${CONNECTIONS}`, `-d${seconds}s`, url],
       rate: (out) => Number(/Requests\/sec:\s*([\d.]+)/.exec(out)?.[1]),
-      errors: (out) => Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0),
+      // Failed responses and socket errors (connect, read, write, timeout) alike.
+      errors: (out) =>
+        Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0) +
+        (/Socket errors: (.*)/.exec(out)?.[1].match(/\d+/g) ?? []).reduce((n, count) => n + Number(count), 0),
     };
   }
   if (which("oha")) {
@@ -37,9 +40,11 @@ function loadGenerator() {
       name: "oha",
       args: (url, seconds) => ["--no-tui", "-c", `${CONNECTIONS}`, "-z", `${seconds}s`, "--json", url],
       rate: (out) => JSON.parse(out).summary.requestsPerSec,
-      errors: (out) =>
-        Object.entries(JSON.parse(out).statusCodeDistribution ?? {})
-          .filter(([code]) => code !== "200").reduce((n, [, count]) => n + count, 0),
+      errors: (out) => {
+        const summary = JSON.parse(out);
+        const failed = Object.entries(summary.statusCodeDistribution ?? {}).filter(([code]) => code !== "200");
+        return [...failed, ...Object.entries(summary.errorDistribution ?? {})].reduce((n, [, count]) => n + count, 0);
+      },
     };
   }
   if (which("bombardier")) {
@@ -83,12 +88,14 @@ function startServer(host, mode) {
     env,
     stdio: ["ignore", "pipe", "inherit"],
   });
+  // The next server starts only once this one (and its pool) is gone.
+  const exited = new Promise((done) => child.once("exit", done));
   return new Promise((resolve, reject) => {
     let seen = "";
     child.stdout.setEncoding("utf8").on("data", (s) => {
       seen += s;
       const match = /listening (\d+)/.exec(seen);
-      if (match) resolve({ port: Number(match[1]), stop: () => child.kill("SIGTERM") });
+      if (match) resolve({ port: Number(match[1]), stop: () => (child.kill("SIGTERM"), exited) });
     });
     child.on("exit", (code) => reject(new Error(`${host.label} ${mode} server exited (${code})`)));
   });
@@ -150,7 +157,7 @@ for (const host of hosts) {
         row[mode] = Math.round(rate);
         console.log(`${row[mode]} req/s`);
       } finally {
-        server.stop();
+        await server.stop();
       }
     }
     row.ratio = Number((row.pool / row.native).toFixed(2));

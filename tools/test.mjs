@@ -69,7 +69,16 @@ let failed = 0;
 const failures = [];
 for (const step of steps) {
   console.log(`\n=== ${step.name}`);
-  const result = spawnSync(join(bin, step.cmd), step.args, { cwd: root, env, encoding: "utf8", maxBuffer: 1 << 28 });
+  // A step that hangs fails (and is killed) after 20 minutes instead of holding CI forever.
+  const result = spawnSync(join(bin, step.cmd), step.args, {
+    cwd: root,
+    env,
+    encoding: "utf8",
+    maxBuffer: 1 << 28,
+    timeout: 20 * 60_000,
+    killSignal: "SIGKILL",
+  });
+  if (result.error) console.log(`${step.name}: ${result.error.message}`);
   const output = `${result.stdout ?? ""}${result.stderr ?? ""}`;
   process.stdout.write(output);
   const ok = result.status === 0;
