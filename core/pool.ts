@@ -85,6 +85,8 @@ export class PoolCore implements Scheduler {
   #starts = new Set<Promise<void>>();
   /** Exits of workers that came up after the pool closed. */
   #lateExits: Array<Promise<void>> = [];
+  /** Ends the backoff of starts waiting to retry (a closing pool does not wait them out). */
+  #backoffs = new Set<() => void>();
   #started = 0;
   #queue: Execution[] = [];
   #closed: Promise<void> | undefined;
@@ -201,6 +203,7 @@ export class PoolCore implements Scheduler {
       this.#draining = false;
     }
     for (const execution of this.#queue.splice(0)) execution.reject(closedError);
+    for (const end of [...this.#backoffs]) end(); // those starts then see the pool closed, and stop
     // Workers still starting are closed as soon as they exist: wait for them too.
     const closing: WorkerHandle[] = [];
     while (this.#workers.length > 0 || this.#starts.size > 0) {
@@ -277,7 +280,15 @@ export class PoolCore implements Scheduler {
     try {
       if (this.#failures > 0) {
         const delay = Math.min(RESTART_BACKOFF_MAX_MS, RESTART_BACKOFF_MS * 2 ** (this.#failures - 1));
-        await new Promise((resolve) => setTimeout(resolve, delay));
+        await new Promise<void>((resolve) => {
+          const end = () => {
+            clearTimeout(timer);
+            this.#backoffs.delete(end);
+            resolve();
+          };
+          const timer = setTimeout(end, delay);
+          this.#backoffs.add(end);
+        });
       }
       if (!this.#wanted) return undefined;
       const process = await this.#platform.host.startWorker(this.#platform.launch(this.#runtime, this.#execPath));
@@ -316,9 +327,11 @@ export class PoolCore implements Scheduler {
   }
 
   #onWorkerClosed(handle: WorkerHandle): void {
+    const wasReady = this.#ready.includes(handle);
     this.#workers = this.#workers.filter((w) => w !== handle);
     this.#ready = this.#ready.filter((w) => w !== handle);
-    // Replace it when there is work; an idle pool refills on its next request.
-    if (!this.#closed && this.#queue.length > 0) this.#fill();
+    // A ready worker that died is replaced when someone waits (queued requests, ready()); an idle pool refills on
+    // its next request. One that died starting is a failed start: #startOne reports it, and does not retry.
+    if (!this.#closed && wasReady && (this.#queue.length > 0 || this.#readyWaiters.length > 0)) this.#fill();
   }
 }

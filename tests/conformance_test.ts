@@ -565,6 +565,27 @@ describe(`${HOST} host, pool lifecycle`, () => {
     assert.deepEqual(left, [], "no worker outlives close()");
   });
 
+  it("a worker that exits before its hello fails the queued command (no endless restarts)", async () => {
+    const pool = new Pool({ size: 1, execPath: "/bin/false" });
+    try {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const hung = new Promise((
+        _,
+        reject,
+      ) => (timer = setTimeout(() => reject(new Error("the command hangs")), 15_000)));
+      await Promise.race([
+        assert.rejects(
+          pool.command("echo").output(),
+          (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_START",
+        ),
+        hung,
+      ]).finally(() => clearTimeout(timer));
+      assert.ok(pool.stats().started <= 1, `one start, not a restart loop (${pool.stats().started})`);
+    } finally {
+      await pool.close();
+    }
+  });
+
   it("ready() rejects when a worker cannot start, and the pool goes on with the others", async () => {
     process.env.FAIL_LATER_EXEC = process.execPath;
     process.env.FAIL_LATER_DIR = mkdtempSync(join(scratch, "fail-later-"));
