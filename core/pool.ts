@@ -192,6 +192,9 @@ export class PoolCore implements Scheduler {
   }
 
   async #shutdown(drain: boolean): Promise<void> {
+    // Nothing runs before close() has marked the pool closed: a callback reached from here (a failed request's)
+    // that submits or closes again sees a closed pool.
+    await Promise.resolve();
     const closedError = new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed");
     for (const waiter of this.#readyWaiters.splice(0)) waiter.reject(closedError);
     if (drain) {

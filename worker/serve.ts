@@ -71,7 +71,7 @@ function parseRequest(payload: Uint8Array): SpawnRequest {
     typeof raw.cmd !== "string" || !isStringArray(raw.args) ||
     !(raw.cwd === undefined || typeof raw.cwd === "string") ||
     !(raw.env === undefined ||
-      (typeof raw.env === "object" && raw.env !== null &&
+      (typeof raw.env === "object" && raw.env !== null && !Array.isArray(raw.env) &&
         Object.values(raw.env).every((v) => typeof v === "string"))) ||
     !isMode(raw.stdin) || !isMode(raw.stdout) || !isMode(raw.stderr) ||
     typeof raw.buffered !== "boolean" || typeof raw.killSignal !== "string" ||
