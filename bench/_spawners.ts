@@ -38,13 +38,22 @@ function newestSource(): number {
  * hand.
  */
 export async function loadSpawnpool(): Promise<typeof import("../mod.ts")> {
-  if (HOST === "deno") return await import("../mod.ts");
-  const build = new URL("../dist/mod.js", import.meta.url);
+  return HOST === "deno" ? await import("../mod.ts") : await import(distEntry("mod.js"));
+}
+
+/** The `./node` drop-in, from the same place as {@linkcode loadSpawnpool}'s module. */
+export async function loadSpawnpoolNode(): Promise<typeof import("../node.ts")> {
+  return HOST === "deno" ? await import("../node.ts") : await import(distEntry("node.js"));
+}
+
+/** The URL of a dist/ entry; throws if dist/ is missing or older than the sources. */
+function distEntry(name: string): string {
+  const build = new URL(`../dist/${name}`, import.meta.url);
   const built = statSync(fileURLToPath(build.href), { throwIfNoEntry: false })?.mtimeMs;
   if (built === undefined || built < newestSource()) {
     throw new Error("dist/ is missing or older than the sources: run `npm run build` first (`npm start` does)");
   }
-  return await import(build.href);
+  return build.href;
 }
 
 /** Runs `cmd` with this runtime's own spawn API and resolves with its stdout once it exited. */

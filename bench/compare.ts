@@ -10,7 +10,7 @@
  * Run under any runtime: `deno run -A bench/compare.ts`, `bun bench/compare.ts`,
  * `node bench/compare.ts`. Options (env): BENCH_SPAWNS (spawns per measurement at 30 in flight,
  * default 300; a third of it at 1 in flight), BENCH_ROUNDS (3), BENCH_WORKERS (worker runtime, default
- * the host's).
+ * the host's), BENCH_API (`node`: the pool is called through the `./node` drop-in's `execFile`).
  */
 
 import { Buffer } from "node:buffer";
@@ -20,12 +20,14 @@ import { join } from "node:path";
 import process from "node:process";
 import type { RuntimeName } from "../mod.ts";
 import { catFixtureBytes, median, writeCatFixture } from "./_fixture.mjs";
-import { HOST, loadSpawnpool, nativeOutput } from "./_spawners.ts";
+import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
 const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 300);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const WORKERS = (process.env.BENCH_WORKERS ?? HOST) as RuntimeName;
+/** How the pool is called: `output()` of its `Deno.Command` shape, or `execFile` of the `./node` drop-in. */
+const API = process.env.BENCH_API === "node" ? "node" : "command";
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-bench-"));
 const catFile = writeCatFixture(scratch);
@@ -48,7 +50,19 @@ type Spawner = (w: Workload) => Promise<Uint8Array>;
 const native: Spawner = (w) => nativeOutput(w.cmd, w.args);
 
 const pool = new Pool({ runtime: WORKERS });
-const pooled: Spawner = (w) => pool.command(w.cmd, { args: w.args, stderr: "null" }).output().then((o) => o.stdout);
+const pooled: Spawner = API === "node"
+  ? await (async () => {
+    const cp = (await loadSpawnpoolNode()).childProcessFor(pool);
+    // As a program that switched its import runs it: Buffers, no limit on the output.
+    return (w: Workload) =>
+      new Promise<Uint8Array>((resolve, reject) => {
+        cp.execFile(w.cmd, w.args, { encoding: "buffer", maxBuffer: Infinity }, (error, stdout) => {
+          if (error) reject(error);
+          else resolve(stdout as Uint8Array);
+        });
+      });
+  })()
+  : (w) => pool.command(w.cmd, { args: w.args, stderr: "null" }).output().then((o) => o.stdout);
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))];
 
@@ -225,6 +239,7 @@ rmSync(scratch, { recursive: true, force: true });
 console.log(JSON.stringify({
   host: HOST,
   workers: WORKERS,
+  api: API,
   version: HOST === "deno" ? Deno.version.deno : HOST === "bun" ? Bun.version : process.versions.node,
   spawns: SPAWNS,
   rounds: ROUNDS,

@@ -14,6 +14,8 @@ const runs = [
   { label: "bun", cmd: "bun", args: [script] },
   { label: "node", cmd: "node", args: [script] },
   { label: "node host, bun workers", cmd: "node", args: [script], env: { BENCH_WORKERS: "bun" } },
+  // A Node program that changed its import line: `execFile` of `./node`, on the default pool (Node workers).
+  { label: "node, ./node execFile", cmd: "node", args: [script], env: { BENCH_API: "node" } },
 ];
 
 /** Runs one benchmark process, showing its progress dots, and resolves with its JSON result. */
