@@ -12,7 +12,6 @@ import {
   type ExitInfo,
   FD_PAYLOAD,
   Frame,
-  keepBytes,
   type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
@@ -208,11 +207,6 @@ export class Execution implements RequestSink {
   readonly request: SpawnRequest;
   /** Resolves with the pid once the worker started the child; rejects with a {@linkcode SpawnError} or a pool error. */
   readonly spawned: Promise<number>;
-  /**
-   * Resolves when the child exited, which for a streamed request may come before its output ended (a
-   * grandchild can hold a pipe); rejects with a {@linkcode SpawnError} or a pool error if that never comes.
-   */
-  readonly exited: Promise<ExitInfo>;
   /** Resolves when the request completed; rejects with a {@linkcode SpawnError} or a pool error. */
   readonly completed: Promise<Completion>;
   /** Stdout, when streamed and piped. */
@@ -227,7 +221,10 @@ export class Execution implements RequestSink {
   #worker: WorkerHandle | undefined;
   #assigned = new Deferred<WorkerHandle>();
   #spawned = new Deferred<number>();
-  #exitedDeferred = new Deferred<ExitInfo>();
+  /** Made on first use of `exited`: most callers only await `completed`. */
+  #exitedDeferred: Deferred<ExitInfo> | undefined;
+  #exitInfo: ExitInfo | undefined;
+  #failure: { error: unknown } | undefined;
   #completed = new Deferred<Completion>();
   #outputs: [undefined, OutputSink | undefined, OutputSink | undefined] = [undefined, undefined, undefined];
   #stdin: WritableStream<Uint8Array> | undefined;
@@ -246,7 +243,6 @@ export class Execution implements RequestSink {
     this.id = nextId = nextId >= 0xffff_fffe ? 1 : nextId + 1;
     this.request = request;
     this.spawned = this.#spawned.promise;
-    this.exited = this.#exitedDeferred.promise;
     this.completed = this.#completed.promise;
     this.#events = options.events;
     const streams: [undefined, OutputStream | undefined, OutputStream | undefined] = [undefined, undefined, undefined];
@@ -285,6 +281,19 @@ export class Execution implements RequestSink {
     this.#worker = worker;
     worker.begin(this.id, this, this.#ref);
     this.#assigned.resolve(worker);
+  }
+
+  /**
+   * Resolves when the child exited, which for a streamed request may come before its output ended (a
+   * grandchild can hold a pipe); rejects with a {@linkcode SpawnError} or a pool error if that never comes.
+   */
+  get exited(): Promise<ExitInfo> {
+    if (this.#exitedDeferred === undefined) {
+      this.#exitedDeferred = new Deferred<ExitInfo>();
+      if (this.#exitInfo !== undefined) this.#exitedDeferred.resolve(this.#exitInfo);
+      else if (this.#failure !== undefined) this.#exitedDeferred.reject(this.#failure.error);
+    }
+    return this.#exitedDeferred.promise;
   }
 
   /** Sends a signal to the child (or its process group); queued until the child exists. */
@@ -327,7 +336,8 @@ export class Execution implements RequestSink {
   onExited(info: ExitInfo): void {
     if (this.#exited || this.#done) return;
     this.#exited = true;
-    this.#exitedDeferred.resolve(info);
+    this.#exitInfo = info;
+    this.#exitedDeferred?.resolve(info);
     this.#events?.exited(info);
   }
 
@@ -338,10 +348,9 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onData(fd: StreamFd, chunk: Uint8Array): void {
-    const bytes = keepBytes(chunk);
     const stream = this.#outputs[fd];
-    if (stream !== undefined) stream.push(bytes);
-    else this.#collected[fd].push(bytes);
+    if (stream !== undefined) stream.push(chunk);
+    else this.#collected[fd].push(chunk);
   }
 
   /** @internal */
@@ -358,8 +367,8 @@ export class Execution implements RequestSink {
   onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void {
     this.#outputs[1]?.end();
     this.#outputs[2]?.end();
-    if (stdout.byteLength > 0) this.#collected[1].push(keepBytes(stdout));
-    if (stderr.byteLength > 0) this.#collected[2].push(keepBytes(stderr));
+    if (stdout.byteLength > 0) this.#collected[1].push(stdout);
+    if (stderr.byteLength > 0) this.#collected[2].push(stderr);
     this.onExited(info);
     this.#finish();
     const done = { info, stdout: concatBytes(this.#collected[1]), stderr: concatBytes(this.#collected[2]) };
@@ -379,7 +388,8 @@ export class Execution implements RequestSink {
     this.#outputs[2]?.error(error);
     this.#assigned.reject(error);
     this.#spawned.reject(error);
-    this.#exitedDeferred.reject(error); // no effect once it exited
+    this.#failure = { error };
+    this.#exitedDeferred?.reject(error); // no effect once it exited
     this.#completed.reject(error);
     this.#events?.failed(error);
   }

@@ -263,13 +263,16 @@ export function decodeExit(payload: Uint8Array): { info: ExitInfo; stdout: Uint8
   };
 }
 
-/** Receives decoded frames. The payload is only valid until the callback returns unless copied or kept. */
-export type FrameHandler = (type: number, id: number, payload: Uint8Array) => void;
+/**
+ * Receives decoded frames. `lent` says the payload is a view of a chunk its channel overwrites once the
+ * callback returns: a handler that keeps bytes past the call keeps them with {@linkcode keepBytes}.
+ */
+export type FrameHandler = (type: number, id: number, payload: Uint8Array, lent: boolean) => void;
 
 /**
- * Incremental frame decoder. Payloads of frames that arrive whole in one chunk are zero-copy views of it,
- * or copies when the chunks are lent (the channel reuses them); a frame split across chunks is assembled
- * in a buffer of its own size. So each payload byte is copied at most once, and nothing else is.
+ * Incremental frame decoder. Payloads of frames that arrive whole in one chunk are zero-copy views of it; a
+ * frame split across chunks is assembled in a buffer of its own size. Only the bytes a handler keeps out of
+ * a lent chunk are copied again, by {@linkcode keepBytes}, so each kept byte is copied at most once.
  */
 export class FrameDecoder {
   #onFrame: FrameHandler;
@@ -286,8 +289,8 @@ export class FrameDecoder {
   /**
    * Creates a decoder that calls `onFrame` for each complete frame.
    *
-   * @param lent The chunks pushed are lent: the caller overwrites them after {@linkcode push} returns,
-   *   so no payload may be a view of one.
+   * @param lent The chunks pushed are lent: the caller overwrites them after {@linkcode push} returns, and
+   *   payloads that are views of them are passed to `onFrame` as lent.
    */
   constructor(onFrame: FrameHandler, lent = false) {
     this.#onFrame = onFrame;
@@ -320,7 +323,7 @@ export class FrameDecoder {
       if (this.#payloadFilled < payload.byteLength) return;
       this.#payload = undefined;
       this.#payloadFilled = 0;
-      this.#onFrame(this.#type, this.#id, payload);
+      this.#onFrame(this.#type, this.#id, payload, false);
     }
     const view = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     while (chunk.byteLength - offset >= HEADER_BYTES) {
@@ -335,7 +338,7 @@ export class FrameDecoder {
         return;
       }
       checkLength(length);
-      this.#onFrame(type, id, this.#lent ? chunk.slice(start, start + length) : chunk.subarray(start, start + length));
+      this.#onFrame(type, id, chunk.subarray(start, start + length), this.#lent);
       offset = start + length;
     }
     if (offset < chunk.byteLength) {
@@ -348,7 +351,7 @@ export class FrameDecoder {
   #begin(length: number, type: number, id: number): void {
     checkLength(length);
     if (length === 0) {
-      this.#onFrame(type, id, new Uint8Array(0));
+      this.#onFrame(type, id, new Uint8Array(0), false);
       return;
     }
     this.#type = type;
@@ -378,13 +381,11 @@ export function concatBytes(chunks: readonly Uint8Array[], total?: number): Uint
 }
 
 /**
- * A received payload as bytes the receiver may keep: the view itself (as a plain `Uint8Array`) when it
- * spans most of its buffer, a copy when it is a small part of a larger one, which keeping would pin.
- *
- * Only for views into buffers nobody writes to again: the decoder's payloads are views of fresh read
- * buffers, copies out of lent ones, or buffers of their own for frames split across reads.
+ * A received payload (or part of one) as bytes the receiver may keep: a copy when it is `lent` (its buffer
+ * is about to be overwritten) or a small part of a larger buffer, which keeping would pin; otherwise the
+ * view itself, as a plain `Uint8Array`.
  */
-export function keepBytes(view: Uint8Array): Uint8Array {
-  if (view.byteLength * 2 < view.buffer.byteLength) return new Uint8Array(view);
+export function keepBytes(view: Uint8Array, lent = false): Uint8Array {
+  if (lent || view.byteLength * 2 < view.buffer.byteLength) return new Uint8Array(view);
   return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 }

@@ -17,6 +17,7 @@ import {
   FrameDecoder,
   type FrameType,
   type Hello,
+  keepBytes,
   PROTOCOL_VERSION,
   ProtocolError,
   type SpawnFailure,
@@ -35,7 +36,7 @@ export interface RequestSink {
   onSpawned(pid: number): void;
   /** The child could not start. */
   onSpawnError(failure: SpawnFailure): void;
-  /** Output arrived. */
+  /** Output arrived; the sink may keep `chunk`. */
   onData(fd: StreamFd, chunk: Uint8Array): void;
   /** A stream ended. */
   onStreamEnd(fd: StreamFd): void;
@@ -43,7 +44,7 @@ export interface RequestSink {
   onStdinAck(written: boolean): void;
   /** The child exited (streamed requests; its streams may still be open). */
   onExited(info: ExitInfo): void;
-  /** The request completed. */
+  /** The request completed; the sink may keep `stdout` and `stderr`. */
   onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void;
   /** The request failed in the pool (worker died, pool closed). */
   onFail(error: SpawnPoolError): void;
@@ -84,7 +85,7 @@ export class WorkerHandle {
       this.#shutdown(new SpawnPoolError("ERR_WORKER_START", "Worker did not say hello in time"));
     }, HELLO_TIMEOUT_MS);
 
-    const decoder = new FrameDecoder((type, id, payload) => {
+    const decoder = new FrameDecoder((type, id, payload, lent) => {
       if (!helloDone) {
         if (type !== Frame.Hello) throw new ProtocolError("Worker spoke before saying hello");
         const hello = decodeJson(payload);
@@ -99,7 +100,7 @@ export class WorkerHandle {
         helloResolve(hello as unknown as Hello);
         return;
       }
-      this.#dispatch(type, id, payload);
+      this.#dispatch(type, id, payload, lent);
     }, process.channel.lendsChunks === true);
     process.channel.start({
       data: (chunk) => {
@@ -186,13 +187,10 @@ export class WorkerHandle {
     this.#shutdown(error);
   }
 
-  #dispatch(type: number, id: number, payload: Uint8Array): void {
+  /** Hands a frame to its request; output is kept here, out of a payload the channel may reuse (`lent`). */
+  #dispatch(type: number, id: number, payload: Uint8Array, lent: boolean): void {
     const sink = this.#requests.get(id);
-    if (sink === undefined) {
-      // A stdin write that finished as its request completed may be acknowledged after the Exit frame.
-      if (type === Frame.StdinAck) return;
-      throw new ProtocolError(`Frame of type ${type} for unknown request ${id}`);
-    }
+    if (sink === undefined) throw new ProtocolError(`Frame of type ${type} for unknown request ${id}`);
     switch (type) {
       case Frame.Spawned:
         return sink.onSpawned(decodeU32(payload));
@@ -206,9 +204,9 @@ export class WorkerHandle {
         return sink.onSpawnError(raw as unknown as SpawnFailure);
       }
       case Frame.Stdout:
-        return sink.onData(1, payload);
+        return sink.onData(1, keepBytes(payload, lent));
       case Frame.Stderr:
-        return sink.onData(2, payload);
+        return sink.onData(2, keepBytes(payload, lent));
       case Frame.StreamEnd:
         return sink.onStreamEnd(decodeFd(payload));
       case Frame.StdinAck:
@@ -219,7 +217,7 @@ export class WorkerHandle {
         const { info, stdout, stderr } = decodeExit(payload);
         this.#requests.delete(id);
         this.completed++;
-        return sink.onExit(info, stdout, stderr);
+        return sink.onExit(info, keepBytes(stdout, lent), keepBytes(stderr, lent));
       }
       default:
         throw new ProtocolError(`Unknown frame type ${type}`);

@@ -97,7 +97,8 @@ describe("frame decoder fuzz", () => {
     const payloads = Array.from({ length: 60 }, (_, i) => randomBytes(next, (i * 53) % 700));
     const all = concatBytes(payloads.map((payload, i) => frame(Frame.Stdout, i + 1, payload)));
     const kept: Uint8Array[] = [];
-    const decoder = new FrameDecoder((_type, _id, payload) => kept.push(payload), true);
+    // What a receiver that keeps payloads does: keepBytes(payload, lent).
+    const decoder = new FrameDecoder((_type, _id, payload, lent) => kept.push(keepBytes(payload, lent)), true);
     const reused = new Uint8Array(512); // what a lending channel reads into, every time
     for (let offset = 0; offset < all.byteLength;) {
       const size = Math.min(1 + Math.floor(next() * reused.byteLength), all.byteLength - offset);

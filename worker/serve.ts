@@ -253,7 +253,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     job.early = [];
   };
 
-  const onFrame = (type: number, id: number, payload: Uint8Array): void => {
+  const onFrame = (type: number, id: number, payload: Uint8Array, lent: boolean): void => {
     if (type === Frame.Spawn) {
       if (jobs.has(id) || id === 0) throw new ProtocolError(`Request id ${id} is already in use`);
       const job = new Job(id, parseRequest(payload));
@@ -270,7 +270,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     switch (type) {
       case Frame.Stdin:
       case Frame.StdinEnd: {
-        const op: StdinOp = type === Frame.Stdin ? keepBytes(payload) : "end";
+        const op: StdinOp = type === Frame.Stdin ? keepBytes(payload, lent) : "end";
         if (job.child) writeStdin(job, op);
         else job.early.push(op);
         return;
