@@ -81,10 +81,9 @@ export class PoolCore implements Scheduler {
   /** Starts before their worker process exists (backoff, launch). */
   #starting = 0;
   /** Starts not yet ready or failed (the hello included). */
-  #pending = 0;
   #starts = new Set<Promise<void>>();
-  /** Exits of workers that came up after the pool closed. */
-  #lateExits: Array<Promise<void>> = [];
+  /** Exits of the workers a closing pool let go; it resolves once all have come. */
+  #exits: Array<Promise<void>> = [];
   /** Ends the backoff of starts waiting to retry (a closing pool does not wait them out). */
   #backoffs = new Set<() => void>();
   #started = 0;
@@ -195,12 +194,12 @@ export class PoolCore implements Scheduler {
     // Nothing runs before close() has marked the pool closed: a callback reached from here (a failed request's)
     // that submits or closes again sees a closed pool.
     await Promise.resolve();
-    const closedError = new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed");
+    const closedError = poolClosed();
     for (const waiter of this.#readyWaiters.splice(0)) waiter.reject(closedError);
     if (drain) {
       this.#draining = true;
       while (this.#queue.length > 0 || this.#workers.some((w) => w.inFlight > 0)) {
-        if (this.#workers.length === 0 && this.#pending === 0) break; // nothing left to run them
+        if (this.#workers.length === 0 && this.#starts.size === 0) break; // nothing left to run them
         await new Promise((resolve) => setTimeout(resolve, 5));
       }
       this.#draining = false;
@@ -208,16 +207,18 @@ export class PoolCore implements Scheduler {
     for (const execution of this.#queue.splice(0)) execution.reject(closedError);
     for (const end of [...this.#backoffs]) end(); // those starts then see the pool closed, and stop
     // Workers still starting are closed as soon as they exist: wait for them too.
-    const closing: WorkerHandle[] = [];
     while (this.#workers.length > 0 || this.#starts.size > 0) {
-      for (const worker of this.#workers) {
-        worker.process.ref(); // the host stays up until the workers are gone
-        closing.push(worker);
-        worker.close(closedError);
-      }
+      for (const worker of this.#workers) this.#retire(worker);
       await Promise.allSettled([...this.#starts]);
     }
-    await Promise.all([...closing.map((worker) => worker.process.exited), ...this.#lateExits]);
+    await Promise.all(this.#exits);
+  }
+
+  /** Closes a worker the closing pool no longer wants; the host stays up until it is gone. */
+  #retire(worker: WorkerHandle): void {
+    worker.process.ref();
+    worker.close(poolClosed());
+    this.#exits.push(worker.process.exited);
   }
 
   #assertOpen(): void {
@@ -241,7 +242,10 @@ export class PoolCore implements Scheduler {
     while (!this.#closed && this.#workers.length + this.#starting < this.#size) {
       const start = this.#startOne();
       this.#starts.add(start);
-      void start.finally(() => this.#starts.delete(start));
+      void start.finally(() => {
+        this.#starts.delete(start);
+        this.#settleWaiters();
+      });
     }
   }
 
@@ -251,15 +255,11 @@ export class PoolCore implements Scheduler {
   }
 
   async #startOne(): Promise<void> {
-    this.#pending++;
     try {
       const handle = await this.#launch();
       if (handle === undefined) return;
       await handle.ready;
-      if (!this.#wanted) {
-        handle.close(new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed"));
-        return;
-      }
+      if (!this.#wanted) return this.#retire(handle);
       this.#failures = 0;
       this.#ready.push(handle);
       while (this.#queue.length > 0) this.#assign(this.#queue.shift()!, this.#pick()!);
@@ -271,9 +271,6 @@ export class PoolCore implements Scheduler {
         `Could not start a ${this.#runtime} worker: ${error instanceof Error ? error.message : String(error)}`,
         { cause: error },
       );
-    } finally {
-      this.#pending--;
-      this.#settleWaiters();
     }
   }
 
@@ -297,10 +294,7 @@ export class PoolCore implements Scheduler {
       const process = await this.#platform.host.startWorker(this.#platform.launch(this.#runtime, this.#execPath));
       const handle = new WorkerHandle(process, (closed) => this.#onWorkerClosed(closed));
       if (!this.#wanted) {
-        // The pool closed while this worker started: it goes at once, and the closing pool waits for its exit.
-        process.ref();
-        handle.close(new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed"));
-        this.#lateExits.push(process.exited);
+        this.#retire(handle); // the pool closed while this worker started
         return undefined;
       }
       this.#workers.push(handle);
@@ -316,7 +310,7 @@ export class PoolCore implements Scheduler {
    * rejects it, and with no worker ready at all, the queued requests too (they would wait forever).
    */
   #settleWaiters(): void {
-    if (this.#pending > 0) return;
+    if (this.#starts.size > 0) return;
     if (this.#ready.length >= this.#size) {
       this.#startError = undefined;
       for (const waiter of this.#readyWaiters.splice(0)) waiter.resolve();
@@ -337,4 +331,8 @@ export class PoolCore implements Scheduler {
     // its next request. One that died starting is a failed start: #startOne reports it, and does not retry.
     if (!this.#closed && wasReady && (this.#queue.length > 0 || this.#readyWaiters.length > 0)) this.#fill();
   }
+}
+
+function poolClosed(): SpawnPoolError {
+  return new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed");
 }
