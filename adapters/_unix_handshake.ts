@@ -176,7 +176,7 @@ async function listenNet<Out>(
         socket.on("error", () => {});
         socket.once("close", reject);
         const onData = (chunk: Uint8Array) => {
-          head = concatBytes([head, chunk]);
+          head = head.byteLength === 0 ? chunk : concatBytes([head, chunk]);
           if (head.byteLength < SECRET_BYTES) return;
           socket.off("data", onData);
           socket.off("close", reject);

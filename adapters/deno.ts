@@ -10,6 +10,7 @@ import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { LENDING_READ_BYTES } from "./_socket_channel.ts";
 import { releasePumps, spawnFailed, StreamPump } from "./_stream_pump.ts";
 import {
   handshake,
@@ -21,9 +22,6 @@ import {
   readBootstrapLine,
   SECRET_BYTES,
 } from "./_unix_handshake.ts";
-
-/** The read buffer of a channel: more than a unix socket delivers in one read (about 208 KiB). */
-const READ_BYTES = 256 * 1024;
 
 /**
  * A {@linkcode ByteChannel} over a `Deno.Conn`; `initial` holds bytes read past the handshake. It reads
@@ -43,7 +41,7 @@ function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
         let failure: Error | undefined;
         try {
           if (initial.byteLength > 0) receiver.data(initial);
-          const buffer = new Uint8Array(READ_BYTES);
+          const buffer = new Uint8Array(LENDING_READ_BYTES);
           while (true) {
             const n = await conn.read(buffer);
             if (n === null) break;
@@ -87,7 +85,7 @@ async function readSecret(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Ui
   const chunks: Uint8Array[] = [];
   let total = 0;
   while (total < SECRET_BYTES) {
-    const buffer = new Uint8Array(READ_BYTES);
+    const buffer = new Uint8Array(4096); // the secret is 32 bytes; what follows it is read by the channel
     const n = await conn.read(buffer);
     if (n === null) break;
     chunks.push(buffer.subarray(0, n));
