@@ -9,7 +9,7 @@ import { Buffer } from "node:buffer";
 import * as native from "node:child_process";
 import { EventEmitter } from "node:events";
 import { constants as osConstants } from "node:os";
-import { resolve } from "node:path";
+import { isAbsolute, resolve } from "node:path";
 import process from "node:process";
 import { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
@@ -246,9 +246,9 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
     throw invalidArgType("options", "of type object", options);
   }
   const o = options as Record<string, unknown>;
-  // An empty cwd is the host's, as in Node.
   // A relative cwd is the host's current directory's (the worker's may differ), and an empty one is that directory.
-  const cwd = resolve(process.cwd(), o.cwd === undefined || o.cwd === null ? "" : validatedPath(o.cwd, "options.cwd"));
+  const dir = o.cwd === undefined || o.cwd === null ? "" : validatedPath(o.cwd, "options.cwd");
+  const cwd = isAbsolute(dir) ? dir : resolve(dir);
   optionalBoolean(o, "detached");
   const uid = optionalInt32(o, "uid");
   const gid = optionalInt32(o, "gid");
@@ -382,6 +382,19 @@ class OutputReadable extends Readable {
 
   finish(): void {
     if (!this.destroyed && !this.readableEnded) this.push(null);
+  }
+}
+
+/** A child's stdin as a Node stream, with a pipe socket's `ref()`/`unref()` for code that calls them. */
+class InputWritable extends Writable {
+  /** Does nothing: stdin never keeps the host alive here. */
+  ref(): this {
+    return this;
+  }
+
+  /** Does nothing: stdin never keeps the host alive here. */
+  unref(): this {
+    return this;
   }
 }
 
@@ -656,7 +669,7 @@ export class ChildProcess extends EventEmitter {
         callback(ok ? null : epipe());
       }, callback);
     };
-    const stdin = new Writable({
+    return new InputWritable({
       write(chunk: Buffer, _encoding, callback) {
         send(chunk, callback);
       },
@@ -672,8 +685,6 @@ export class ChildProcess extends EventEmitter {
         callback(error);
       },
     });
-    // A pipe socket's ref()/unref(), for code that calls them: stdin never keeps the host alive here.
-    return Object.assign(stdin, { ref: () => stdin, unref: () => stdin });
   }
 }
 

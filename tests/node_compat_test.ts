@@ -744,16 +744,16 @@ function timeoutSignal(ms: number): AbortSignal {
   return controller.signal;
 }
 
-// The two scenarios that depend on process state set it here, around both runs.
+// The scenarios that depend on process state set it here, around both runs. Those about the cwd run in the
+// scratch directory, which the workers (started from the repository) do not share.
+const inScratch = {
+  before: () => process.chdir(scratch),
+  after: () => process.chdir(fileURLToPath(new URL("..", import.meta.url).href)),
+};
 const stateful: Record<string, { before: () => void; after: () => void }> = {
-  "follows process.chdir()": {
-    before: () => process.chdir(scratch),
-    after: () => process.chdir(fileURLToPath(new URL("..", import.meta.url).href)),
-  },
-  "a relative cwd is taken from the host's current directory": {
-    before: () => process.chdir(scratch),
-    after: () => process.chdir(fileURLToPath(new URL("..", import.meta.url).href)),
-  },
+  "follows process.chdir()": inScratch,
+  "a relative cwd is taken from the host's current directory": inScratch,
+  "an empty cwd is the host's": inScratch,
   "env follows process.env changes": {
     before: () => void (process.env.SPAWNPOOL_COMPAT_VAR = "set at runtime"),
     after: () => void delete process.env.SPAWNPOOL_COMPAT_VAR,
