@@ -123,44 +123,33 @@ function goReference() {
   return { label: `Go (${version.replace(/^go/, "")}, os/exec), reference`, exe, args: [] };
 }
 
-const results = [];
-const reference = goReference();
-if (reference !== undefined) {
-  for (const path of ["/echo", "/cat"]) {
-    const row = { label: reference.label, workload: path === "/echo" ? "echo" : "cat 163 KB", reference: true };
-    process.stdout.write(`${reference.label} ${row.workload}... `);
-    const server = await startServer(reference, "native");
-    try {
-      const url = `http://127.0.0.1:${server.port}${path}`;
-      load(url, 2);
-      const { rate, errors } = load(url, SECONDS);
-      if (errors > 0) throw new Error(`${errors} failed responses`);
-      row.native = Math.round(rate);
-      console.log(`${row.native} req/s`);
-    } finally {
-      server.stop();
-    }
-    results.push(row);
+/** Loads one server on one path for SECONDS after a 2 s warm-up; returns req/s. */
+async function measure(host, mode, path, workload) {
+  process.stdout.write(`${host.label} ${workload}${host.reference ? "" : ` ${mode}`}... `);
+  const server = await startServer(host, mode);
+  try {
+    const url = `http://127.0.0.1:${server.port}${path}`;
+    load(url, 2); // warm-up
+    const { rate, errors } = load(url, SECONDS);
+    if (errors > 0) throw new Error(`${errors} failed responses`);
+    console.log(`${Math.round(rate)} req/s`);
+    return Math.round(rate);
+  } finally {
+    await server.stop();
   }
 }
-for (const host of hosts) {
+
+const results = [];
+const reference = goReference();
+// The reference runs natively only; every runtime natively and through the pool.
+for (const host of [...(reference ? [{ ...reference, reference: true }] : []), ...hosts]) {
   for (const path of ["/echo", "/cat"]) {
     const row = { label: host.label, workload: path === "/echo" ? "echo" : "cat 163 KB" };
-    for (const mode of ["native", "pool"]) {
-      process.stdout.write(`${host.label} ${row.workload} ${mode}... `);
-      const server = await startServer(host, mode);
-      try {
-        const url = `http://127.0.0.1:${server.port}${path}`;
-        load(url, 2); // warm-up
-        const { rate, errors } = load(url, SECONDS);
-        if (errors > 0) throw new Error(`${errors} failed responses`);
-        row[mode] = Math.round(rate);
-        console.log(`${row[mode]} req/s`);
-      } finally {
-        await server.stop();
-      }
+    if (host.reference) row.reference = true;
+    for (const mode of host.reference ? ["native"] : ["native", "pool"]) {
+      row[mode] = await measure(host, mode, path, row.workload);
     }
-    row.ratio = Number((row.pool / row.native).toFixed(2));
+    if (!host.reference) row.ratio = Number((row.pool / row.native).toFixed(2));
     results.push(row);
   }
 }

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { detectRuntime } from "../adapters/runtime.ts";
@@ -61,6 +61,26 @@ export function childPids(pid: number): number[] {
     }
   }
   return found;
+}
+
+/** `promise`, or a rejection with `failure` if it has not settled after `ms`: a test that would hang fails. */
+export function withTimeout<T>(promise: Promise<T>, ms: number, failure: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    promise,
+    new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(failure)), ms))),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/** This process's open fds and what each refers to ("?" for one closed while listing). */
+export function openFds(): Array<[fd: string, target: string]> {
+  return readdirSync("/proc/self/fd").map((fd) => {
+    try {
+      return [fd, readlinkSync(`/proc/self/fd/${fd}`)];
+    } catch {
+      return [fd, "?"];
+    }
+  });
 }
 
 /** A process's resident memory in bytes, from /proc. */

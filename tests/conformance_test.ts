@@ -15,7 +15,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
 import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError } from "../mod.ts";
-import { alive, childPids, fixture, HOST, hostArgv, rssBytes, survivors } from "./_helpers.ts";
+import { alive, childPids, fixture, HOST, hostArgv, rssBytes, survivors, withTimeout } from "./_helpers.ts";
 
 const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno").split(",") as RuntimeName[];
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
@@ -167,10 +167,7 @@ for (const runtime of WORKERS) {
       await reader.cancel();
       // Without the release `yes` would run forever. How it notices depends on the pipe: SIGPIPE on a
       // pipe, or ECONNRESET (exit 1) on the socketpairs node and bun use for stdio when bytes were unread.
-      const status = await Promise.race([
-        child.status,
-        new Promise<never>((_, reject) => setTimeout(() => reject(new Error("yes is still running")), 5000)),
-      ]);
+      const status = await withTimeout(child.status, 5000, "yes is still running");
       assert.ok(status.signal === "SIGPIPE" || status.code === 1, JSON.stringify(status));
     });
 
@@ -568,18 +565,14 @@ describe(`${HOST} host, pool lifecycle`, () => {
   it("a worker that exits before its hello fails the queued command (no endless restarts)", async () => {
     const pool = new Pool({ size: 1, execPath: "/bin/false" });
     try {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const hung = new Promise((
-        _,
-        reject,
-      ) => (timer = setTimeout(() => reject(new Error("the command hangs")), 15_000)));
-      await Promise.race([
+      await withTimeout(
         assert.rejects(
           pool.command("echo").output(),
           (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_START",
         ),
-        hung,
-      ]).finally(() => clearTimeout(timer));
+        15_000,
+        "the command hangs",
+      );
       assert.ok(pool.stats().started <= 1, `one start, not a restart loop (${pool.stats().started})`);
     } finally {
       await pool.close();
@@ -591,12 +584,11 @@ describe(`${HOST} host, pool lifecycle`, () => {
     process.env.FAIL_LATER_DIR = mkdtempSync(join(scratch, "fail-later-"));
     const pool = new Pool({ size: 2, execPath: fixture("fail_later_starts.sh") });
     try {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const hung = new Promise((_, reject) => (timer = setTimeout(() => reject(new Error("ready() hangs")), 15_000)));
-      await Promise.race([
+      await withTimeout(
         assert.rejects(pool.ready(), (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_START"),
-        hung,
-      ]).finally(() => clearTimeout(timer));
+        15_000,
+        "ready() hangs",
+      );
       const out = await pool.command("echo", { args: ["still here"] }).output();
       assert.equal(text(out.stdout), "still here\n");
     } finally {

@@ -24,17 +24,16 @@ import { promisify } from "node:util";
 import { configureDefaultPool, Pool, type RuntimeName } from "../mod.ts";
 import * as pooled from "../node.ts";
 import { childProcessFor } from "../node.ts";
-import { catFixtureBytes } from "../bench/_fixture.mjs";
-import { alive, fixture, HOST, hostArgv, survivors } from "./_helpers.ts";
+import { catFixtureBytes, writeCatFixture } from "../bench/_fixture.mjs";
+import { alive, fixture, HOST, hostArgv, survivors, withTimeout } from "./_helpers.ts";
 
 type CP = Pick<typeof native, "spawn" | "execFile" | "exec">;
 const MODULES: Array<[string, CP]> = [["native", native], ["pooled", pooled]];
 
 const scratch = realpathSync(mkdtempSync(join(tmpdir(), "spawnpool-compat-")));
 /** A deterministic file of every byte value, 163 KB (the write-up's cat payload size). */
-const PATTERN = join(scratch, "pattern.bin");
+const PATTERN = writeCatFixture(scratch);
 const patternBytes = Buffer.from(catFixtureBytes());
-writeFileSync(PATTERN, patternBytes);
 const BIG = join(scratch, "big.bin");
 writeFileSync(BIG, Buffer.concat(Array.from({ length: 32 }, () => patternBytes))); // 5.2 MB
 const NOT_EXECUTABLE = join(scratch, "not-executable.sh");
@@ -85,13 +84,9 @@ interface SpawnCase {
   read?: "none" | "pipe-slow" | "for-await" | "readable" | "utf8";
 }
 
-const withTimeout = <T>(promise: Promise<T>, what: string, ms = 20_000): Promise<T> => {
-  let timer: ReturnType<typeof setTimeout>;
-  return Promise.race([
-    promise,
-    new Promise<T>((_, reject) => timer = setTimeout(() => reject(new Error(`${what}: no 'close' in ${ms} ms`)), ms)),
-  ]).finally(() => clearTimeout(timer));
-};
+/** Waits for `promise`, or fails the scenario after 20 s. */
+const within20s = <T>(promise: Promise<T>, what: string): Promise<T> =>
+  withTimeout(promise, 20_000, `${what}: no 'close' in 20000 ms`);
 
 /** Spawns through `cp` and records everything a program could observe, until 'close'. */
 async function observe(cp: CP, c: SpawnCase): Promise<Record<string, unknown>> {
@@ -154,7 +149,7 @@ async function observe(cp: CP, c: SpawnCase): Promise<Record<string, unknown>> {
     child.on("close", (code, signal) => resolve([code, signal]))
   );
   await c.act?.(child, log);
-  const [code, signal] = await withTimeout(closed, `${c.file} ${JSON.stringify(c.args)}`);
+  const [code, signal] = await within20s(closed, `${c.file} ${JSON.stringify(c.args)}`);
   log.push(`close ${code} ${signal}`);
   await Promise.all(streamDone);
   return {
@@ -183,7 +178,7 @@ function describeResult(error: unknown, stdout: unknown, stderr: unknown): ExecR
 /** Runs `call(cp, callback)` and records the callback's arguments. */
 function viaCallback(call: (cp: CP, callback: (e: unknown, o: unknown, r: unknown) => void) => unknown) {
   return (cp: CP) =>
-    withTimeout(
+    within20s(
       new Promise<ExecResult>((resolve) => call(cp, (e, o, r) => resolve(describeResult(e, o, r)))),
       "callback",
     );

@@ -46,16 +46,21 @@ function randomBytes(next: () => number, length: number): Uint8Array {
   return bytes;
 }
 
+/** Pushes `bytes` to `decoder` in random pieces of 1 to `maxPiece` bytes. */
+function feed(decoder: FrameDecoder, bytes: Uint8Array, next: () => number, maxPiece: number): void {
+  for (let offset = 0; offset < bytes.byteLength;) {
+    const size = 1 + Math.floor(next() * maxPiece);
+    decoder.push(bytes.subarray(offset, offset + size));
+    offset += size;
+  }
+}
+
 /** Feeds `bytes` to a decoder in random pieces; returns the frames or the ProtocolError it threw. */
 function decode(bytes: Uint8Array, next: () => number): { frames: number; error?: ProtocolError } {
   let frames = 0;
   const decoder = new FrameDecoder(() => void frames++);
   try {
-    for (let offset = 0; offset < bytes.byteLength;) {
-      const size = 1 + Math.floor(next() * 64);
-      decoder.push(bytes.subarray(offset, offset + size));
-      offset += size;
-    }
+    feed(decoder, bytes, next, 64);
   } catch (error) {
     assert.ok(error instanceof ProtocolError, `only ProtocolError may escape, got ${error}`);
     return { frames, error };
@@ -76,17 +81,11 @@ describe("frame decoder fuzz", () => {
   it("valid frames split at every byte boundary decode exactly", () => {
     const next = random(7);
     const frames = Array.from({ length: 50 }, (_, i) => frame(Frame.Stdout, i + 1, randomBytes(next, i * 37)));
-    const all = new Uint8Array(frames.reduce((n, f) => n + f.byteLength, 0));
-    let offset = 0;
-    for (const f of frames) all.set(f, (offset += f.byteLength) - f.byteLength);
+    const all = concatBytes(frames);
     for (let trial = 0; trial < 200; trial++) {
       const seen: Uint8Array[] = [];
       const decoder = new FrameDecoder((type, id, payload) => seen.push(frame(type, id, payload)));
-      for (let offset = 0; offset < all.byteLength;) {
-        const size = 1 + Math.floor(next() * (trial % 2 ? 64 : 4096));
-        decoder.push(all.subarray(offset, offset + size));
-        offset += size;
-      }
+      feed(decoder, all, next, trial % 2 ? 64 : 4096);
       assert.deepEqual(seen, frames);
       assert.equal(decoder.buffered, 0);
     }

@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,22 +16,13 @@ import process from "node:process";
 import { describe, it } from "node:test";
 import { encodeJson, Frame, PROTOCOL_VERSION } from "../core/frame.ts";
 import { Pool } from "../mod.ts";
-import { fixture, frame } from "./_helpers.ts";
+import { fixture, frame, openFds } from "./_helpers.ts";
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-security-"));
 
-/** Listening abstract unix sockets whose names look like spawnpool's, from /proc/net/unix. */
 /** This process's own spawnpool listeners (not those of other test files' hosts running meanwhile). */
 function listeners(): string[] {
-  const own = new Set(
-    readdirSync("/proc/self/fd").map((fd) => {
-      try {
-        return readlinkSync(`/proc/self/fd/${fd}`);
-      } catch {
-        return ""; // closed meanwhile
-      }
-    }),
-  );
+  const own = new Set(openFds().map(([, target]) => target));
   return readFileSync("/proc/net/unix", "utf8").split("\n")
     .map((line) => line.trim().split(/\s+/))
     // Flags 00010000 (__SO_ACCEPTCON) marks a listening socket; accepted connections show the name too.

@@ -6,11 +6,10 @@
  */
 
 import { Buffer } from "node:buffer";
-import { readdirSync, readlinkSync } from "node:fs";
 import process from "node:process";
 import { catFixtureBytes, writeCatFixture } from "../bench/_fixture.mjs";
 import { type Pool, SpawnError } from "../mod.ts";
-import { alive, childPids, rssBytes } from "./_helpers.ts";
+import { alive, childPids, openFds, rssBytes } from "./_helpers.ts";
 
 /** What a soak run saw. */
 export interface SoakReport {
@@ -25,15 +24,7 @@ export interface SoakReport {
 }
 
 /** This process's open fds, as "fd -> target". */
-function fdList(): string[] {
-  return readdirSync("/proc/self/fd").map((fd) => {
-    try {
-      return `${fd} -> ${readlinkSync(`/proc/self/fd/${fd}`)}`;
-    } catch {
-      return `${fd} -> ?`;
-    }
-  });
-}
+const fdList = (): string[] => openFds().map(([fd, target]) => `${fd} -> ${target}`);
 /** This process's live children (zombies excluded). */
 const children = (): number => childPids(process.pid).filter(alive).length;
 const rssMB = (pid: number) => Math.round(rssBytes(pid) / 2 ** 20);

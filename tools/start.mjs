@@ -133,7 +133,7 @@ const hosts = [
   ...results.map((r) => `| ${r.label} | ${r.version} | ${r.hostRssMB} |`),
 ];
 const machine = `${cpus().length} cores, ${cpus()[0]?.model ?? "unknown cpu"}, ${process.platform}`;
-const versions = results.filter((r) => r.workers === r.host).map((r) => `${r.host} ${r.version}`).join(", ");
+const versions = [...new Set(results.map((r) => `${r.host} ${r.version}`))].join(", ");
 const table = [
   `Medians of ${results[0].rounds} interleaved rounds (${results[0].spawns} spawns per measurement at 30 in flight, ` +
   `a third of that at 1); ${machine}; ${versions}. Pool = same-runtime workers unless stated.`,
