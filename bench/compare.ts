@@ -243,8 +243,8 @@ console.log(JSON.stringify({
   version: HOST === "deno" ? Deno.version.deno : HOST === "bun" ? Bun.version : process.versions.node,
   spawns: SPAWNS,
   rounds: ROUNDS,
-  // Node's native spawn forks, so its cost grows with the host's memory (`node bench/node_spawn_rss.mjs`:
-  // about 1.3 ms of CPU per spawn at 55 MB, 7.3 ms at 262 MB on this machine); the host's RSS is part of the result.
+  // Node's native spawn forks, so its cost grows with the host's memory (`node bench/node_spawn_rss.mjs` shows
+  // how much); the host's RSS is part of the result.
   hostRssMB: Math.round(process.memoryUsage().rss / 2 ** 20),
   cases,
 }));
