@@ -17,6 +17,30 @@ import { connectedPair, connectFromBootstrap, handshake, listenForWorker } from 
 
 type NodeStdio = "pipe" | "inherit" | "ignore";
 
+/**
+ * A Node worker collects its garbage after this many bytes of command output and stdin went through it.
+ *
+ * `child_process.spawn` forks, and a fork copies the worker's page tables: the larger the worker, the slower
+ * every spawn (`node bench/node_spawn_rss.mjs`). Each 64 KB pipe read is a fresh buffer outside the JavaScript
+ * heap, and V8 only collects such buffers once tens of MB of them have piled up, so without help a worker
+ * that relays output grows by that much, and its spawns slow down with it (`node bench/node_worker_gc.mjs`
+ * shows both). A full collection every few MB keeps the worker small; its cost is far below the forks it saves.
+ */
+const NODE_WORKER_GC_BYTES = 8 * 1024 * 1024;
+
+/** The garbage collector, in a Node worker (started with `--expose-gc`); undefined anywhere else. */
+const collectGarbage = (globalThis as { gc?: (options: { type: "major" }) => void }).gc;
+let uncollectedBytes = 0;
+
+/** Counts bytes that became garbage-to-be in this worker, and collects once enough have. */
+function relayed(bytes: number): void {
+  if (collectGarbage === undefined) return;
+  uncollectedBytes += bytes;
+  if (uncollectedBytes < NODE_WORKER_GC_BYTES) return;
+  uncollectedBytes = 0;
+  collectGarbage({ type: "major" });
+}
+
 /** Maps a pooled stdio mode to node's. Stdin "inherit" reads nothing: a worker has no terminal to share. */
 export function nodeStdio(mode: StdioMode, isStdin: boolean): NodeStdio {
   if (mode === "piped") return "pipe";
@@ -41,7 +65,14 @@ export const nodeAdapter: Adapter = {
   socketpair: { host: true, worker: true },
 
   workerArgs(entry) {
-    return ["--disable-warning=ExperimentalWarning", entry];
+    return [
+      "--disable-warning=ExperimentalWarning",
+      // No V8 background threads: process.exit() can deadlock when a background compile waits for a
+      // collection the exiting main thread never runs (nodejs/node#54918), and the worker would never exit.
+      "--single-threaded",
+      "--expose-gc", // for NODE_WORKER_GC_BYTES
+      entry,
+    ];
   },
 
   async startWorker(launch) {
@@ -121,7 +152,10 @@ export const nodeAdapter: Adapter = {
     for (const fd of [1, 2] as const) {
       const stream = streams[fd];
       if (stream === null || stream === undefined) continue;
-      stream.on("data", (chunk: Uint8Array) => events.data(fd, chunk));
+      stream.on("data", (chunk: Uint8Array) => {
+        events.data(fd, chunk);
+        relayed(chunk.byteLength);
+      });
       stream.on("end", () => events.end(fd));
     }
     child.once("exit", (code, signal) => events.exit(code, signal));
@@ -131,6 +165,7 @@ export const nodeAdapter: Adapter = {
       write(chunk) {
         const stdin = child.stdin;
         if (stdin === null || stdin.destroyed) return Promise.resolve(false);
+        relayed(chunk.byteLength);
         return new Promise((resolve) => stdin.write(chunk, (error) => resolve(!error)));
       },
       closeStdin() {

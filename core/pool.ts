@@ -68,6 +68,12 @@ export interface PoolStats {
 /** How long to wait before replacing a worker that failed to start, doubled on each failure. */
 const RESTART_BACKOFF_MS = 100;
 const RESTART_BACKOFF_MAX_MS = 5_000;
+/**
+ * How long a closed worker may take to exit before it is killed. A worker exits at once when its channel
+ * closes, having killed its commands; one that does not is stuck (a Node worker can hang inside
+ * process.exit(): nodejs/node#54918), and close() must not wait for it forever.
+ */
+const EXIT_GRACE_MS = 2_000;
 
 /** The runtime-neutral pool; the public `Pool` binds it to the detected platform. */
 export class PoolCore implements Scheduler {
@@ -218,7 +224,8 @@ export class PoolCore implements Scheduler {
   #retire(worker: WorkerHandle): void {
     worker.process.ref();
     worker.close(poolClosed());
-    this.#exits.push(worker.process.exited);
+    const stuck = setTimeout(() => worker.process.kill("SIGKILL"), EXIT_GRACE_MS);
+    this.#exits.push(worker.process.exited.finally(() => clearTimeout(stuck)));
   }
 
   #assertOpen(): void {

@@ -85,7 +85,17 @@ export function openFds(): Array<[fd: string, target: string]> {
 
 /** A process's resident memory in bytes, from /proc. */
 export function rssBytes(pid: number): number {
-  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024;
+  return statusBytes(pid, "VmRSS");
+}
+
+/** A process's resident anonymous memory (its heaps: what a fork copies the page tables of), from /proc. */
+export function rssAnonBytes(pid: number): number {
+  return statusBytes(pid, "RssAnon");
+}
+
+function statusBytes(pid: number, field: string): number {
+  const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith(`${field}:`));
+  return Number(line!.split(/\s+/)[1]) * 1024;
 }
 
 /** One whole frame as bytes, header and payload, as a worker or an attacker would write it. */

@@ -15,7 +15,17 @@ import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
 import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError } from "../mod.ts";
-import { alive, childPids, fixture, HOST, hostArgv, rssBytes, survivors, withTimeout } from "./_helpers.ts";
+import {
+  alive,
+  childPids,
+  fixture,
+  HOST,
+  hostArgv,
+  rssAnonBytes,
+  rssBytes,
+  survivors,
+  withTimeout,
+} from "./_helpers.ts";
 
 const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno").split(",") as RuntimeName[];
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
@@ -594,6 +604,42 @@ describe(`${HOST} host, pool lifecycle`, () => {
     } finally {
       delete process.env.FAIL_LATER_EXEC;
       delete process.env.FAIL_LATER_DIR;
+      await pool.close();
+    }
+  });
+
+  it("close() kills a worker that does not exit once its channel closed (node stuck in process.exit())", async () => {
+    const pool = new Pool({ size: 1, runtime: "node", execPath: fixture("node_stuck_at_exit.sh") });
+    await pool.ready();
+    const [{ pid }] = pool.stats().workers;
+    try {
+      assert.equal(text((await pool.command("echo", { args: ["hi"] }).output()).stdout), "hi\n");
+      await withTimeout(pool.close(), 10_000, "close() waits for a stuck worker");
+      assert.equal(alive(pid), false);
+    } finally {
+      if (alive(pid)) process.kill(pid, "SIGKILL");
+    }
+  });
+
+  it("a node worker stays small while output runs through it (it forks every command)", async () => {
+    const file = join(scratch, "one-mb");
+    writeFileSync(file, new Uint8Array(2 ** 20).fill(7));
+    const pool = new Pool({ size: 1, runtime: "node" });
+    try {
+      const cat = () => pool.command("cat", { args: [file] }).output().then((o) => o.stdout.byteLength);
+      const run = (count: number) => Promise.all(Array.from({ length: count }, cat));
+      await run(4);
+      const [{ pid }] = pool.stats().workers;
+      const before = rssAnonBytes(pid);
+      let largest = before;
+      for (let i = 0; i < 16; i++) {
+        assert.deepEqual(await run(10), Array(10).fill(2 ** 20));
+        largest = Math.max(largest, rssAnonBytes(pid));
+      }
+      // 160 MB went through; the worker's garbage buffers are collected every few MB (adapters/node.ts).
+      const grewMB = (largest - before) / 2 ** 20;
+      assert.ok(grewMB < 24, `the worker grew by ${grewMB.toFixed(0)} MB`);
+    } finally {
       await pool.close();
     }
   });

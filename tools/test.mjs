@@ -21,6 +21,7 @@ const benchmarks = [
   "bench/compare.ts",
   "bench/deno_bench.ts",
   "bench/http_server.ts",
+  "bench/node_worker_gc.ts",
   "bench/soak.ts",
   "bench/worker_loop.ts",
 ];
