@@ -18,13 +18,15 @@ import { connectedPair, connectFromBootstrap, handshake, listenForWorker } from 
 type NodeStdio = "pipe" | "inherit" | "ignore";
 
 /**
- * A Node worker collects its garbage after this many bytes of command output and stdin went through it.
+ * A Node worker collects its garbage before a spawn once this many bytes of command output and stdin have
+ * gone through it since the last collection.
  *
  * `child_process.spawn` forks, and a fork copies the worker's page tables: the larger the worker, the slower
  * every spawn (`node bench/node_spawn_rss.mjs`). Each 64 KB pipe read is a fresh buffer outside the JavaScript
  * heap, and V8 only collects such buffers once tens of MB of them have piled up, so without help a worker
- * that relays output grows by that much, and its spawns slow down with it (`node bench/node_worker_gc.mjs`
- * shows both). A full collection every few MB keeps the worker small; its cost is far below the forks it saves.
+ * that relays output grows by that much, and its spawns slow down with it (`npm run build && node
+ * bench/node_worker_gc.ts` shows both). A full collection every few MB keeps the worker small. It runs just
+ * before a spawn, where it saves a fork's copying; a worker that only streams one long command never pays it.
  */
 const NODE_WORKER_GC_BYTES = 8 * 1024 * 1024;
 
@@ -32,11 +34,14 @@ const NODE_WORKER_GC_BYTES = 8 * 1024 * 1024;
 const collectGarbage = (globalThis as { gc?: (options: { type: "major" }) => void }).gc;
 let uncollectedBytes = 0;
 
-/** Counts bytes that became garbage-to-be in this worker, and collects once enough have. */
+/** Counts bytes that will be garbage once relayed. */
 function relayed(bytes: number): void {
-  if (collectGarbage === undefined) return;
   uncollectedBytes += bytes;
-  if (uncollectedBytes < NODE_WORKER_GC_BYTES) return;
+}
+
+/** Collects the garbage before a fork, once enough has been relayed since the last collection. */
+function collectBeforeFork(): void {
+  if (collectGarbage === undefined || uncollectedBytes < NODE_WORKER_GC_BYTES) return;
   uncollectedBytes = 0;
   collectGarbage({ type: "major" });
 }
@@ -67,7 +72,7 @@ export const nodeAdapter: Adapter = {
   workerArgs(entry) {
     return [
       "--disable-warning=ExperimentalWarning",
-      // No V8 background threads: process.exit() can deadlock when a background compile waits for a
+      // V8 posts no background tasks: process.exit() can deadlock when a background compile waits for a
       // collection the exiting main thread never runs (nodejs/node#54918), and the worker would never exit.
       "--single-threaded",
       "--expose-gc", // for NODE_WORKER_GC_BYTES
@@ -131,6 +136,7 @@ export const nodeAdapter: Adapter = {
   },
 
   async spawn(request, events) {
+    collectBeforeFork();
     let child: ChildProcess;
     try {
       child = spawn(request.cmd, request.args, {

@@ -71,9 +71,10 @@ const RESTART_BACKOFF_MAX_MS = 5_000;
 /**
  * How long a closed worker may take to exit before it is killed. A worker exits at once when its channel
  * closes, having killed its commands; one that does not is stuck (a Node worker can hang inside
- * process.exit(): nodejs/node#54918), and close() must not wait for it forever.
+ * process.exit(): nodejs/node#54918), and close() must not wait for it forever. Generous, so that a worker
+ * slowed by a loaded machine still gets to kill its commands first.
  */
-const EXIT_GRACE_MS = 2_000;
+const EXIT_GRACE_MS = 5_000;
 
 /** The runtime-neutral pool; the public `Pool` binds it to the detected platform. */
 export class PoolCore implements Scheduler {
