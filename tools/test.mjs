@@ -55,7 +55,12 @@ const steps = [
     args: ["test", "-A", ...tests],
     count: /(\d+) passed \((\d+) steps\) \| (\d+) failed/,
   },
-  { name: "bun test", cmd: "bun", args: ["test", ...tests], count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m },
+  {
+    name: "bun test",
+    cmd: "bun",
+    args: ["test", "--timeout", "30000", ...tests],
+    count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
+  },
   { name: "node --test", cmd: "node", args: ["--test", ...tests], count: /ℹ pass (\d+)\s*ℹ fail (\d+)/ },
   {
     name: "npm package in scratch Node and Bun apps",
