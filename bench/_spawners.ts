@@ -1,13 +1,14 @@
 /**
  * What the benchmarks that run under every runtime share: the host's name, spawnpool as that runtime's
- * users get it, and the runtime's own fastest way to run a command and collect its output.
+ * users get it, the runtime's own fastest way to run a command and collect its output, and a process's CPU
+ * time.
  *
  * @module
  */
 
 import { Buffer } from "node:buffer";
 import { spawn as nodeSpawn } from "node:child_process";
-import { readdirSync, statSync } from "node:fs";
+import { readdirSync, readFileSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { RuntimeName } from "../mod.ts";
 
@@ -72,4 +73,15 @@ export function nativeOutput(cmd: string, args: readonly string[]): Promise<Uint
     child.stdout.on("data", (chunk: Buffer) => chunks.push(chunk));
     child.on("error", reject).on("close", () => resolve(Buffer.concat(chunks)));
   });
+}
+
+/** CPU time in µs of a process itself and of its reaped children, from /proc (Linux; USER_HZ is 100). */
+export function processCpu(pid: number | "self"): { self: number; children: number } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
+    return { self: (fields[11] + fields[12]) * 1e4, children: (fields[13] + fields[14]) * 1e4 };
+  } catch {
+    return null;
+  }
 }

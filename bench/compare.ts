@@ -20,7 +20,7 @@ import { join } from "node:path";
 import process from "node:process";
 import type { RuntimeName } from "../mod.ts";
 import { catFixtureBytes, median, writeCatFixture } from "./_fixture.mjs";
-import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput } from "./_spawners.ts";
+import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput, processCpu } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
 const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 300);
@@ -83,17 +83,6 @@ function lagSampler(): () => number[] {
     stopped = true;
     return lateness;
   };
-}
-
-/** CPU time in µs of a process itself and of its reaped children, from /proc (Linux; USER_HZ is 100). */
-function processCpu(pid: number | "self"): { self: number; children: number } | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
-    return { self: (fields[11] + fields[12]) * 1e4, children: (fields[13] + fields[14]) * 1e4 };
-  } catch {
-    return null;
-  }
 }
 
 /** Busy and total CPU time of the whole machine in µs, from /proc/stat (Linux). */

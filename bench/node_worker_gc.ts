@@ -10,7 +10,7 @@ import { join } from "node:path";
 import process from "node:process";
 import type { Pool as PoolType } from "../mod.ts";
 import { CAT_BYTES, median, writeCatFixture } from "./_fixture.mjs";
-import { loadSpawnpool } from "./_spawners.ts";
+import { loadSpawnpool, processCpu } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 8);
@@ -26,12 +26,8 @@ writeFileSync(
 );
 chmodSync(noGc, 0o755);
 
-/** CPU time of a process in µs, from /proc (USER_HZ is 100). */
-function cpuUs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
-  return (fields[11] + fields[12]) * 1e4;
-}
+/** CPU time of a worker in µs. */
+const cpuUs = (pid: number) => processCpu(pid)!.self;
 const rssAnonMB = (pid: number) =>
   Number(/RssAnon:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024;
 

@@ -223,6 +223,7 @@ export class Execution implements RequestSink {
   #spawned = new Deferred<number>();
   /** Made on first use of `exited`: most callers only await `completed`. */
   #exitedDeferred: Deferred<ExitInfo> | undefined;
+  /** Set when the child exited. */
   #exitInfo: ExitInfo | undefined;
   #failure: { error: unknown } | undefined;
   #completed = new Deferred<Completion>();
@@ -235,7 +236,6 @@ export class Execution implements RequestSink {
   #done = false;
   #signal: AbortSignal | undefined;
   #events: ExecutionEvents | undefined;
-  #exited = false;
   #onAbort = (): void => this.kill("SIGTERM");
 
   /** Creates an execution and submits it to `scheduler`. */
@@ -298,7 +298,7 @@ export class Execution implements RequestSink {
 
   /** Sends a signal to the child (or its process group); queued until the child exists. */
   kill(signal: string, group = false): void {
-    if (this.#done || this.#exited) return;
+    if (this.#done || this.#exitInfo !== undefined) return;
     this.killed = true;
     const text = new TextEncoder().encode(group ? `-${signal}` : signal);
     void this.#assigned.promise.then((worker) => worker.send(Frame.Kill, this.id, text), () => {});
@@ -334,8 +334,7 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onExited(info: ExitInfo): void {
-    if (this.#exited || this.#done) return;
-    this.#exited = true;
+    if (this.#exitInfo !== undefined || this.#done) return;
     this.#exitInfo = info;
     this.#exitedDeferred?.resolve(info);
     this.#events?.exited(info);
