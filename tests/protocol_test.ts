@@ -13,10 +13,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
-import type { Adapter, ByteChannel, ChannelReceiver } from "../core/adapter.ts";
+import type { Adapter, ByteChannel, ChannelReceiver, ChildEvents, SpawnedChild } from "../core/adapter.ts";
 import {
   concatBytes,
   decodeExit,
+  encodeCredit,
   encodeExit,
   encodeJson,
   Frame,
@@ -24,6 +25,7 @@ import {
   keepBytes,
   MAX_PAYLOAD_BYTES,
   ProtocolError,
+  type SpawnRequest,
 } from "../core/frame.ts";
 import { Pool, SpawnPoolError } from "../mod.ts";
 import { serve } from "../worker/serve.ts";
@@ -160,22 +162,149 @@ describe("payload bytes: no copies on the way, none kept that pin more", () => {
   });
 });
 
-/** An in-memory channel pair end: what the worker loop writes is collected; the test pushes bytes in. */
-function memoryChannel(): { channel: ByteChannel; push: (bytes: Uint8Array) => void; closed: () => boolean } {
+/** A frame as a host decoded it. */
+interface Sent {
+  type: number;
+  id: number;
+  payload: Uint8Array;
+}
+
+/**
+ * An in-memory channel pair end: what the worker loop writes goes through a host's frame decoder (with its
+ * size limit) into `sent`; the test pushes bytes in.
+ */
+function memoryChannel(): {
+  channel: ByteChannel;
+  push: (bytes: Uint8Array) => void;
+  closed: () => boolean;
+  sent: Sent[];
+} {
   let receiver: ChannelReceiver | undefined;
   let closed = false;
+  const sent: Sent[] = [];
+  const decoder = new FrameDecoder((type, id, payload) => void sent.push({ type, id, payload }));
   return {
     channel: {
       start: (r) => void (receiver = r),
-      write: () => {},
+      write: (parts) => parts.forEach((part) => decoder.push(part)),
       close: () => void (closed = true),
       ref: () => {},
       unref: () => {},
     },
     push: (bytes) => receiver!.data(bytes),
     closed: () => closed,
+    sent,
   };
 }
+
+/** A worker loop on a memory channel whose adapter "spawns" by handing the test the child's event sink. */
+function fakeWorker() {
+  const { channel, push, sent } = memoryChannel();
+  const paused: string[] = [];
+  let events: ChildEvents | undefined;
+  const child: SpawnedChild = {
+    pid: 4242,
+    write: () => Promise.resolve(true),
+    closeStdin: () => {},
+    kill: () => {},
+    pause: (fd) => void paused.push(`pause ${fd}`),
+    resume: (fd) => void paused.push(`resume ${fd}`),
+    release: () => {},
+  };
+  const adapter = {
+    runtime: "node",
+    spawn: (_request: SpawnRequest, sink: ChildEvents) => {
+      events = sink;
+      return Promise.resolve(child);
+    },
+    onTerminate: () => {},
+    pid: () => 1,
+    exit: (code: number) => assert.fail(`the worker stopped (${code})`),
+  } as unknown as Adapter;
+  serve(adapter, channel);
+  return {
+    sent,
+    paused,
+    /** Sends a spawn request and resolves with the child's event sink once the worker has "spawned" it. */
+    async spawn(id: number, request: Partial<SpawnRequest>): Promise<ChildEvents> {
+      const full: SpawnRequest = {
+        cmd: "fake",
+        args: [],
+        stdin: "null",
+        stdout: "piped",
+        stderr: "null",
+        buffered: false,
+        killSignal: "SIGTERM",
+        forceKillAfterDelay: 5000,
+        window: 1024 * 1024,
+        ...request,
+      };
+      push(frame(Frame.Spawn, id, encodeJson(full)));
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      return events!;
+    },
+    credit(id: number, bytes: number): void {
+      push(frame(Frame.Credit, id, encodeCredit(1, bytes)));
+    },
+  };
+}
+
+/** Bytes with a position-dependent pattern, so a lost, repeated or reordered piece shows. */
+function patterned(length: number): Uint8Array {
+  const bytes = new Uint8Array(length);
+  for (let i = 0; i < length; i++) bytes[i] = (i * 31 + (i >>> 16)) & 0xff;
+  return bytes;
+}
+
+/** Turns to let the worker's frame writer (a microtask) and the test's pushes settle. */
+const settle = () => new Promise((resolve) => setTimeout(resolve, 0));
+
+describe("output a runtime reads in one huge piece", () => {
+  // Bun's pipe reader hands over everything a pipe gave it since the last read: with a fast writer (yes, cat
+  // of a cached file) on a busy worker that was seen at 100-200 MB in one chunk. Sent as one frame it passed
+  // the host's 64 MB frame limit, and the host dropped the worker with ERR_PROTOCOL.
+  it("streamed: leaves in frames of at most 1 MB, no further ahead of the host's credit than the window", async () => {
+    const worker = fakeWorker();
+    const window = 1024 * 1024;
+    const events = await worker.spawn(1, { window });
+    const output = patterned(3 * window + 12345);
+    events.data(1, output);
+    events.exit(0, null);
+    events.end(1);
+    await settle();
+    const stdout = () => worker.sent.filter((f) => f.type === Frame.Stdout);
+    assert.deepEqual(stdout().map((f) => f.payload.byteLength), [window], "one window's worth before any credit");
+    assert.deepEqual(worker.paused, ["pause 1"], "the child's stream waits while output is held");
+    assert.ok(!worker.sent.some((f) => f.type === Frame.StreamEnd || f.type === Frame.Exit), "the end waits too");
+    for (let credits = 0; !worker.sent.some((f) => f.type === Frame.Exit); credits++) {
+      assert.ok(credits < 10, "every credit sends more");
+      worker.credit(1, window);
+      await settle();
+    }
+    assert.ok(stdout().every((f) => f.payload.byteLength <= window));
+    assert.deepEqual(concatBytes(stdout().map((f) => f.payload)), output, "every byte, once, in order");
+    const last = worker.sent.slice(-3).map((f) => f.type);
+    assert.deepEqual(last, [Frame.Stdout, Frame.StreamEnd, Frame.Exit], "the end follows the last byte");
+  });
+
+  it("buffered: a piece larger than the host's frame limit arrives whole, in frames the host accepts", async () => {
+    const worker = fakeWorker();
+    const events = await worker.spawn(1, { buffered: true });
+    const output = patterned(MAX_PAYLOAD_BYTES + 3);
+    events.data(1, output);
+    events.exit(0, null);
+    events.end(1);
+    await settle();
+    const exit = worker.sent.find((f) => f.type === Frame.Exit);
+    assert.ok(exit, "the request completes");
+    const parts = worker.sent.filter((f) => f.type === Frame.Stdout).map((f) => f.payload);
+    parts.push(decodeExit(exit.payload).stdout);
+    assert.ok(parts.length > 1, "split");
+    const joined = concatBytes(parts);
+    assert.equal(joined.byteLength, output.byteLength);
+    assert.ok(Buffer.from(joined).equals(output), "every byte, once, in order");
+  });
+});
 
 describe("worker loop fed garbage", () => {
   it("stops with exit code 1 on malformed input, without throwing, for 500 random inputs", () => {

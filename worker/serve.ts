@@ -28,6 +28,12 @@ import { FrameWriter } from "../core/frame_writer.ts";
 
 /** Buffered output beyond this many bytes is sent ahead in stdout/stderr frames. */
 const FLUSH_BYTES = 1024 * 1024;
+/**
+ * Output travels in pieces of at most this many bytes, whatever a runtime read at once: Bun hands over all
+ * a pipe gave it since the last read, hundreds of MB from a fast writer on a busy worker, and one frame of
+ * that would pass the host's frame limit and, streamed, its flow-control window.
+ */
+const MAX_CHUNK_BYTES = 1024 * 1024;
 /** After exit, how long a piped stream may stay silent before it is released (a grandchild holds it). */
 const STREAM_GRACE_MS = 200;
 
@@ -44,6 +50,11 @@ class Job {
   early: Array<StdinOp | { signal: string; group: boolean } | { release: StreamFd }> = [];
   /** Unacknowledged bytes per stream (streamed mode) or collected chunks (buffered mode). */
   unacked: [number, number, number] = [0, 0, 0];
+  /** Streamed output read from the child but not sent: it waits for the host's credit. */
+  held: [undefined, Uint8Array[], Uint8Array[]] = [undefined, [], []];
+  /** The child's stream ended while output was held; the end is sent after it. */
+  ended: [boolean, boolean, boolean] = [false, false, false];
+  /** Reading the child's stream is paused: the window is full, or output is held. */
   paused: [boolean, boolean, boolean] = [false, false, false];
   open: [boolean, boolean, boolean];
   collected: [Uint8Array[], Uint8Array[], Uint8Array[]] = [[], [], []];
@@ -139,14 +150,43 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     job.grace = setTimeout(() => {
       job.grace = undefined;
       job.child?.release();
-      for (const fd of [1, 2] as const) {
-        if (job.open[fd]) {
-          job.open[fd] = false;
-          if (!job.request.buffered) writer.send(Frame.StreamEnd, job.id, FD_PAYLOAD[fd]);
-        }
-      }
-      finish(job);
+      for (const fd of [1, 2] as const) if (job.open[fd]) closeStream(job, fd);
     }, STREAM_GRACE_MS);
+  };
+
+  const closeStream = (job: Job, fd: StreamFd): void => {
+    job.open[fd] = false;
+    if (!job.request.buffered) writer.send(Frame.StreamEnd, job.id, FD_PAYLOAD[fd]);
+    finish(job);
+  };
+
+  /**
+   * Sends the held output of a streamed `fd` as far as the host's credit goes, then ends the stream if the
+   * child's end was waiting for it; reading from the child is paused while the window is full or output is
+   * held, and resumed once neither holds.
+   */
+  const sendHeld = (job: Job, fd: StreamFd): void => {
+    const held = job.held[fd];
+    const window = job.request.window;
+    while (held.length > 0 && job.unacked[fd] < window) {
+      const chunk = held.shift()!;
+      writer.send(fd === 1 ? Frame.Stdout : Frame.Stderr, job.id, chunk);
+      job.unacked[fd] += chunk.byteLength;
+    }
+    if (held.length === 0 && job.ended[fd]) {
+      job.ended[fd] = false;
+      closeStream(job, fd);
+      return;
+    }
+    const full = held.length > 0 || job.unacked[fd] >= window;
+    if (full === job.paused[fd]) return;
+    job.paused[fd] = full;
+    if (full) {
+      job.child?.pause(fd);
+    } else {
+      job.child?.resume(fd);
+      armGrace(job);
+    }
   };
 
   const killChild = (job: Job, signal: string, group: boolean): void => {
@@ -189,6 +229,12 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     const events: ChildEvents = {
       data(fd, chunk) {
         if (!job.open[fd]) return; // released, or after the grace
+        if (chunk.byteLength > MAX_CHUNK_BYTES) {
+          for (let offset = 0; offset < chunk.byteLength; offset += MAX_CHUNK_BYTES) {
+            events.data(fd, chunk.subarray(offset, offset + MAX_CHUNK_BYTES));
+          }
+          return;
+        }
         if (request.buffered) {
           job.totalBytes += chunk.byteLength;
           if (request.maxBuffer !== undefined && job.totalBytes > request.maxBuffer) {
@@ -199,20 +245,15 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
           job.collectedBytes += chunk.byteLength;
           if (job.collectedBytes >= FLUSH_BYTES) flushCollected(job);
         } else {
-          writer.send(fd === 1 ? Frame.Stdout : Frame.Stderr, job.id, chunk);
-          job.unacked[fd] += chunk.byteLength;
-          if (job.unacked[fd] >= request.window && !job.paused[fd]) {
-            job.paused[fd] = true;
-            job.child?.pause(fd);
-          }
+          job.held[fd].push(chunk);
+          sendHeld(job, fd);
         }
         if (job.exit) armGrace(job);
       },
       end(fd) {
         if (!job.open[fd]) return;
-        job.open[fd] = false;
-        if (!request.buffered) writer.send(Frame.StreamEnd, job.id, FD_PAYLOAD[fd]);
-        finish(job);
+        if (job.held[fd].length > 0) job.ended[fd] = true;
+        else closeStream(job, fd);
       },
       exit(code, signal) {
         job.exit = { code, signal };
@@ -288,6 +329,8 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
         if (!job.open[fd]) return;
         job.open[fd] = false;
         job.paused[fd] = false;
+        job.held[fd] = [];
+        job.ended[fd] = false;
         if (job.child) job.child.release(fd);
         else job.early.push({ release: fd });
         armGrace(job);
@@ -297,11 +340,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       case Frame.Credit: {
         const fd = decodeFd(payload);
         job.unacked[fd] = Math.max(0, job.unacked[fd] - decodeU32(payload, 1));
-        if (job.paused[fd] && job.unacked[fd] < job.request.window) {
-          job.paused[fd] = false;
-          job.child?.resume(fd);
-          armGrace(job);
-        }
+        if (job.open[fd]) sendHeld(job, fd);
         return;
       }
       default:
