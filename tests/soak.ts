@@ -1,7 +1,8 @@
 /**
- * A mixed load through one pool: `echo`, a 163 KB `cat`, a missing program, a failing exit code and a
- * killed `sleep`, `concurrency` at a time, every result checked. Reports the host's open fds and child
- * processes, and the workers' memory, before and after. Used by tests/soak_test.ts (small) and
+ * A mixed load through one pool: `echo`, a 163 KB `cat`, a missing program, a failing exit code, a
+ * killed `sleep` and a streamed `yes` whose reader cancels after one chunk, `concurrency` at a time,
+ * every result checked. Reports the host's open fds and child processes, and the workers' memory, before
+ * and after. Used by tests/soak_test.ts (small) and
  * bench/soak.ts (100,000 spawns).
  */
 
@@ -66,6 +67,18 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
       child.kill("SIGKILL");
       const status = await child.status;
       if (status.signal !== "SIGKILL") wrong.push(`kill ${i}: ${JSON.stringify(status)}`);
+    },
+    async (i: number) => {
+      // A fast writer whose reader leaves after the first chunk: the output past the window waits in the
+      // worker, is dropped at the release, and `yes` gets SIGPIPE (or ECONNRESET, exit 1, on a socketpair).
+      const child = pool.command("yes", { stdout: "piped", stderr: "null" }).spawn();
+      const reader = child.stdout.getReader();
+      const first = await reader.read();
+      await reader.cancel();
+      const status = await child.status;
+      if (first.done || !(status.signal === "SIGPIPE" || status.code === 1)) {
+        wrong.push(`yes ${i}: ${JSON.stringify(status)}`);
+      }
     },
   ];
   // A warm-up first: runtimes open a few fds of their own early on, once. Deno opens a socketpair the

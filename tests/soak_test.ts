@@ -1,6 +1,6 @@
 /**
  * A short soak on real processes: 2,000 mixed spawns (echo, 163 KB cat, missing program, failing exit,
- * killed sleep) at 64 in flight through one pool. Every result must be right, and afterwards the host's
+ * killed sleep, cancelled yes) at 64 in flight through one pool. Every result must be right, and afterwards the host's
  * open fds and child processes must be what they were. `bench/soak.ts` runs the same for 100,000.
  */
 

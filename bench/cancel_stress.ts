@@ -1,0 +1,49 @@
+/**
+ * Fast writers whose readers leave: `CANCEL_LOOPS` loops (default 6) each start a streamed `yes`, read one
+ * chunk, cancel the reader and wait for the exit, for `CANCEL_SECONDS` (default 40), through one pool of
+ * two workers. Prints the requests run and every failure by error code; exits 1 on any failure.
+ *
+ * This is the load under which a Bun worker read 70-200 MB from `yes` in one chunk and the host dropped it
+ * for a frame over its 64 MB limit (3-8 `ERR_PROTOCOL` per 40 s under `bun` before the fix).
+ * `bun bench/cancel_stress.ts`, `deno run -A bench/cancel_stress.ts`, `node bench/cancel_stress.ts`;
+ * `BENCH_WORKERS` picks the workers' runtime.
+ */
+
+import process from "node:process";
+import { detectRuntime } from "../adapters/runtime.ts";
+import { Pool, type RuntimeName } from "../mod.ts";
+
+const runtime = process.env.BENCH_WORKERS as RuntimeName | undefined;
+const loops = Number(process.env.CANCEL_LOOPS ?? 6);
+const seconds = Number(process.env.CANCEL_SECONDS ?? 40);
+const pool = new Pool({ size: 2, ...(runtime ? { runtime } : {}) });
+const failures = new Map<string, number>();
+let requests = 0;
+const deadline = performance.now() + seconds * 1000;
+
+await Promise.all(Array.from({ length: loops }, async () => {
+  while (performance.now() < deadline) {
+    requests++;
+    try {
+      const child = pool.command("yes", { stdout: "piped", stderr: "null" }).spawn();
+      const reader = child.stdout.getReader();
+      await reader.read();
+      await reader.cancel();
+      const status = await child.status;
+      if (!(status.signal === "SIGPIPE" || status.code === 1)) throw new Error(`exit ${JSON.stringify(status)}`);
+    } catch (error) {
+      const key = (error as { code?: string }).code ?? String(error);
+      failures.set(key, (failures.get(key) ?? 0) + 1);
+    }
+  }
+}));
+await pool.close();
+console.log(JSON.stringify({
+  host: detectRuntime(),
+  workers: runtime ?? detectRuntime(),
+  loops,
+  seconds,
+  requests,
+  failures: Object.fromEntries(failures),
+}));
+process.exit(failures.size === 0 ? 0 : 1);
