@@ -197,12 +197,10 @@ export interface ExecutionEvents {
   failed(error: unknown): void;
 }
 
-let nextId = 0;
-
 /** A pooled command in flight. */
 export class Execution implements RequestSink {
-  /** The request id, unique within the host process. */
-  readonly id: number;
+  /** The request id on its worker, once a worker took the request (0 before). */
+  id = 0;
   /** What was asked of the worker. */
   readonly request: SpawnRequest;
   /** Resolves with the pid once the worker started the child; rejects with a {@linkcode SpawnError} or a pool error. */
@@ -240,7 +238,6 @@ export class Execution implements RequestSink {
 
   /** Creates an execution and submits it to `scheduler`. */
   constructor(scheduler: Scheduler, request: SpawnRequest, options: ExecutionOptions = {}) {
-    this.id = nextId = nextId >= 0xffff_fffe ? 1 : nextId + 1;
     this.request = request;
     this.spawned = this.#spawned.promise;
     this.completed = this.#completed.promise;
@@ -279,7 +276,7 @@ export class Execution implements RequestSink {
   /** Called by the scheduler once a worker took the request. */
   assign(worker: WorkerHandle): void {
     this.#worker = worker;
-    worker.begin(this.id, this, this.#ref);
+    this.id = worker.begin(this, this.#ref);
     this.#assigned.resolve(worker);
   }
 

@@ -53,6 +53,9 @@ export interface RequestSink {
 /** How long a new worker may take to say hello. */
 const HELLO_TIMEOUT_MS = 30_000;
 
+/** Largest request id; ids run from 1 (0 is the channel's own) and then start over. */
+const MAX_REQUEST_ID = 0xffff_ffff;
+
 /** The host's handle on one worker process. */
 export class WorkerHandle {
   /** The worker process. */
@@ -63,14 +66,24 @@ export class WorkerHandle {
   completed = 0;
   #writer: FrameWriter;
   #requests = new Map<number, RequestSink>();
+  #lastId = 0;
+  #maxId: number;
   #refs = 1; // held until hello, so a host awaiting `ready()` stays alive
   #closed: SpawnPoolError | undefined;
   #onClose: (handle: WorkerHandle, error: SpawnPoolError) => void;
   #rejectHello: (error: SpawnPoolError) => void = () => {};
 
-  /** Wraps a started worker; `onClose` is called once when its channel closes. */
-  constructor(process: WorkerProcess, onClose: (handle: WorkerHandle, error: SpawnPoolError) => void) {
+  /**
+   * Wraps a started worker; `onClose` is called once when its channel closes. `maxRequestId` is for tests
+   * of the id wrap.
+   */
+  constructor(
+    process: WorkerProcess,
+    onClose: (handle: WorkerHandle, error: SpawnPoolError) => void,
+    maxRequestId: number = MAX_REQUEST_ID,
+  ) {
     this.process = process;
+    this.#maxId = maxRequestId;
     this.#onClose = onClose;
     this.#writer = new FrameWriter(process.channel);
     let helloResolve!: (hello: Hello) => void;
@@ -151,10 +164,19 @@ export class WorkerHandle {
     return this.#closed !== undefined;
   }
 
-  /** Registers a request; `ref` says whether it keeps the host alive. */
-  begin(id: number, sink: RequestSink, ref: boolean): void {
+  /**
+   * Registers a request and returns its id: the next one after the last, starting over at 1 past the largest,
+   * and never one a request still in flight on this worker holds (a command can outlive four billion others).
+   * `ref` says whether the request keeps the host alive.
+   */
+  begin(sink: RequestSink, ref: boolean): number {
+    if (this.#requests.size >= this.#maxId) throw new RangeError("Every request id is in use");
+    let id = this.#lastId;
+    do id = id >= this.#maxId ? 1 : id + 1; while (this.#requests.has(id));
+    this.#lastId = id;
     this.#requests.set(id, sink);
     if (ref) this.ref();
+    return id;
   }
 
   /** Sends a frame for a request. */

@@ -13,7 +13,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
-import type { Adapter, ByteChannel, ChannelReceiver, ChildEvents, SpawnedChild } from "../core/adapter.ts";
+import type {
+  Adapter,
+  ByteChannel,
+  ChannelReceiver,
+  ChildEvents,
+  SpawnedChild,
+  WorkerProcess,
+} from "../core/adapter.ts";
 import {
   concatBytes,
   decodeExit,
@@ -24,9 +31,11 @@ import {
   FrameDecoder,
   keepBytes,
   MAX_PAYLOAD_BYTES,
+  PROTOCOL_VERSION,
   ProtocolError,
   type SpawnRequest,
 } from "../core/frame.ts";
+import { type RequestSink, WorkerHandle } from "../core/worker_handle.ts";
 import { Pool, SpawnPoolError } from "../mod.ts";
 import { serve } from "../worker/serve.ts";
 import { fixture, frame, survivors } from "./_helpers.ts";
@@ -348,6 +357,52 @@ describe("worker loop fed garbage", () => {
     serve(adapter as unknown as Adapter, channel);
     push(frame(Frame.Spawn, 1, encodeJson({ cmd: 5, args: "no" })));
     assert.deepEqual(exits, [1]);
+  });
+});
+
+describe("request ids", () => {
+  it("start over at 1 past the largest, and skip the ids of requests still in flight on the worker", async () => {
+    let receiver: ChannelReceiver | undefined;
+    const fake: WorkerProcess = {
+      pid: 4242,
+      channel: {
+        start: (r) => void (receiver = r),
+        write: () => {},
+        close: () => {},
+        ref: () => {},
+        unref: () => {},
+      },
+      exited: new Promise(() => {}),
+      kill: () => {},
+      killOrphans: () => {},
+      ref: () => {},
+      unref: () => {},
+    };
+    let closed: SpawnPoolError | undefined;
+    const worker = new WorkerHandle(fake, (_, error) => void (closed = error), 3);
+    receiver!.data(frame(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime: "node", pid: 4242 })));
+    await worker.ready;
+    const completed: number[] = [];
+    const sink = (name: number) =>
+      ({ pid: undefined, onExit: () => void completed.push(name) }) as unknown as RequestSink;
+    const exit = (id: number) =>
+      receiver!.data(frame(Frame.Exit, id, concatBytes(encodeExit({ code: 0, signal: null, reason: null }))));
+    assert.deepEqual([worker.begin(sink(1), false), worker.begin(sink(2), false), worker.begin(sink(3), false)], [
+      1,
+      2,
+      3,
+    ]);
+    exit(2);
+    assert.equal(worker.begin(sink(4), false), 2, "past the largest, 1 is in flight: the next free id");
+    exit(1);
+    assert.equal(worker.begin(sink(5), false), 1, "3 is still in flight");
+    assert.throws(() => worker.begin(sink(6), false), RangeError, "every id in use is an error, not a loop");
+    exit(3);
+    exit(2);
+    exit(1);
+    assert.deepEqual(completed, [2, 1, 3, 4, 5], "each exit reached the request that held its id then");
+    assert.equal(closed, undefined, "no frame broke the protocol");
+    worker.close(new SpawnPoolError("ERR_POOL_CLOSED", "done"));
   });
 });
 
