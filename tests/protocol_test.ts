@@ -296,6 +296,23 @@ describe("output a runtime reads in one huge piece", () => {
     assert.deepEqual(last, [Frame.Stdout, Frame.StreamEnd, Frame.Exit], "the end follows the last byte");
   });
 
+  it("streamed: once held output has gone, a stream a grandchild keeps open is still let go after the exit", async () => {
+    const worker = fakeWorker();
+    const window = 1024 * 1024;
+    const events = await worker.spawn(1, { window, stderr: "piped" });
+    events.data(1, patterned(2 * window));
+    events.exit(0, null);
+    events.end(1); // stderr stays open: a grandchild holds it and says nothing
+    await settle();
+    worker.credit(1, window);
+    await settle();
+    assert.ok(worker.sent.some((f) => f.type === Frame.StreamEnd && f.payload[0] === 1), "stdout ended");
+    await new Promise((resolve) => setTimeout(resolve, 1000)); // the worker's grace is 200 ms
+    const ends = worker.sent.filter((f) => f.type === Frame.StreamEnd).map((f) => f.payload[0]);
+    assert.deepEqual(ends, [1, 2], "stderr let go after the grace");
+    assert.equal(worker.sent.at(-1)?.type, Frame.Exit);
+  });
+
   it("buffered: a piece larger than the host's frame limit arrives whole, in frames the host accepts", async () => {
     const worker = fakeWorker();
     const events = await worker.spawn(1, { buffered: true });

@@ -174,7 +174,10 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       job.unacked[fd] += chunk.byteLength;
     }
     if (held.length === 0 && job.ended[fd]) {
+      // Nothing left to pause on this stream: the grace may now run for the other one (a grandchild's).
       job.ended[fd] = false;
+      job.paused[fd] = false;
+      armGrace(job);
       closeStream(job, fd);
       return;
     }
