@@ -3,8 +3,9 @@
  * chunk, cancel the reader and wait for the exit, for `CANCEL_SECONDS` (default 40), through one pool of
  * two workers. Prints the requests run and every failure by error code; exits 1 on any failure.
  *
- * This is the load under which a Bun worker read 70-200 MB from `yes` in one chunk and the host dropped it
- * for a frame over its 64 MB limit (3-8 `ERR_PROTOCOL` per 40 s under `bun` before the fix).
+ * This is the load under which a Bun worker read 69-205 MB from `yes` in one chunk and the host dropped it
+ * for a frame over its 64 MB limit: before the fix, 3 of 12,103 requests failed with `ERR_PROTOCOL` under
+ * `bun` (bench/results/2026-11-21-cancel-stress.md).
  * `bun bench/cancel_stress.ts`, `deno run -A bench/cancel_stress.ts`, `node bench/cancel_stress.ts`;
  * `BENCH_WORKERS` picks the workers' runtime.
  */

@@ -82,7 +82,10 @@ export interface WorkerProcess {
 export interface ChildEvents {
   /** The child wrote bytes to stdout (1) or stderr (2). */
   data(fd: StreamFd, chunk: Uint8Array): void;
-  /** A piped stream of the child reached its end. */
+  /**
+   * A piped stream of the child reached its end. It may come while the stream is paused; the worker loop
+   * sends it after any output it still holds.
+   */
   end(fd: StreamFd): void;
   /** The child exited. */
   exit(code: number | null, signal: string | null): void;

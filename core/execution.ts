@@ -275,8 +275,8 @@ export class Execution implements RequestSink {
 
   /** Called by the scheduler once a worker took the request. */
   assign(worker: WorkerHandle): void {
-    this.#worker = worker;
     this.id = worker.begin(this, this.#ref);
+    this.#worker = worker;
     this.#assigned.resolve(worker);
   }
 
