@@ -13,6 +13,7 @@
 import process from "node:process";
 import { detectRuntime } from "../adapters/runtime.ts";
 import { Pool, type RuntimeName } from "../mod.ts";
+import { cancelledYes } from "../tests/soak.ts";
 
 const runtime = process.env.BENCH_WORKERS as RuntimeName | undefined;
 const loops = Number(process.env.CANCEL_LOOPS ?? 6);
@@ -26,12 +27,8 @@ await Promise.all(Array.from({ length: loops }, async () => {
   while (performance.now() < deadline) {
     requests++;
     try {
-      const child = pool.command("yes", { stdout: "piped", stderr: "null" }).spawn();
-      const reader = child.stdout.getReader();
-      await reader.read();
-      await reader.cancel();
-      const status = await child.status;
-      if (!(status.signal === "SIGPIPE" || status.code === 1)) throw new Error(`exit ${JSON.stringify(status)}`);
+      const wrong = await cancelledYes(pool);
+      if (wrong !== undefined) throw new Error(wrong);
     } catch (error) {
       const key = (error as { code?: string }).code ?? String(error);
       failures.set(key, (failures.get(key) ?? 0) + 1);

@@ -206,6 +206,9 @@ function memoryChannel(): {
   };
 }
 
+/** Turns to let the worker's frame writer (a microtask) and the test's pushes settle. */
+const settle = () => new Promise((resolve) => setTimeout(resolve, 0));
+
 /** A worker loop on a memory channel whose adapter "spawns" by handing the test the child's event sink. */
 function fakeWorker() {
   const { channel, push, sent } = memoryChannel();
@@ -249,7 +252,7 @@ function fakeWorker() {
         ...request,
       };
       push(frame(Frame.Spawn, id, encodeJson(full)));
-      await new Promise((resolve) => setTimeout(resolve, 0));
+      await settle();
       return events!;
     },
     credit(id: number, bytes: number): void {
@@ -267,9 +270,6 @@ function patterned(length: number): Uint8Array {
   for (let i = 0; i < length; i++) bytes[i] = (i * 31 + (i >>> 16)) & 0xff;
   return bytes;
 }
-
-/** Turns to let the worker's frame writer (a microtask) and the test's pushes settle. */
-const settle = () => new Promise((resolve) => setTimeout(resolve, 0));
 
 describe("output a runtime reads in one huge piece", () => {
   // Bun's pipe reader can hand over tens to hundreds of MB in one chunk under load (69-205 MB from `yes` on a
@@ -318,21 +318,24 @@ describe("output a runtime reads in one huge piece", () => {
     assert.deepEqual(worker.paused, ["pause 1"], "a released stream is never resumed");
   });
 
-  it("streamed: once held output has gone, a stream a grandchild keeps open is still let go after the exit", async () => {
-    const worker = fakeWorker();
-    const events = await worker.spawn(1, { window, stderr: "piped" });
-    events.data(1, patterned(2 * window));
-    events.exit(0, null);
-    events.end(1); // stderr stays open: a grandchild holds it and says nothing
-    await settle();
-    worker.credit(1, window);
-    await settle();
-    const ends = () => worker.sent.filter((f) => f.type === Frame.StreamEnd).map((f) => f.payload[0]);
-    assert.deepEqual(ends(), [1], "stdout ended, stderr not yet: the worker's grace is 200 ms");
-    await new Promise((resolve) => setTimeout(resolve, 1000));
-    assert.deepEqual(ends(), [1, 2], "stderr let go after the grace");
-    assert.equal(worker.sent.at(-1)?.type, Frame.Exit);
-  });
+  for (const held of [true, false]) {
+    const how = held ? "once held output has gone" : "when the last read filled the window exactly";
+    it(`streamed: ${how}, a stream a grandchild keeps open is still let go after the exit`, async () => {
+      const worker = fakeWorker();
+      const events = await worker.spawn(1, { window, stderr: "piped" });
+      events.data(1, patterned(held ? 2 * window : window)); // the stream is paused either way
+      events.exit(0, null);
+      events.end(1); // stderr stays open: a grandchild holds it and says nothing
+      await settle();
+      if (held) worker.credit(1, window);
+      await settle();
+      const ends = () => worker.sent.filter((f) => f.type === Frame.StreamEnd).map((f) => f.payload[0]);
+      assert.deepEqual(ends(), [1], "stdout ended, stderr not yet: the worker's grace is 200 ms");
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      assert.deepEqual(ends(), [1, 2], "stderr let go after the grace");
+      assert.equal(worker.sent.at(-1)?.type, Frame.Exit);
+    });
+  }
 
   it("buffered: output larger than the host's frame limit arrives whole, in frames of at most 1 MiB", async () => {
     const worker = fakeWorker();
@@ -401,16 +404,10 @@ describe("worker loop fed garbage", () => {
 
 describe("request ids", () => {
   it("start over at 1 past the largest, and skip the ids of requests still in flight on the worker", async () => {
-    let receiver: ChannelReceiver | undefined;
+    const { channel, push } = memoryChannel();
     const fake: WorkerProcess = {
       pid: 4242,
-      channel: {
-        start: (r) => void (receiver = r),
-        write: () => {},
-        close: () => {},
-        ref: () => {},
-        unref: () => {},
-      },
+      channel,
       exited: new Promise(() => {}),
       kill: () => {},
       killOrphans: () => {},
@@ -419,13 +416,13 @@ describe("request ids", () => {
     };
     let closed: SpawnPoolError | undefined;
     const worker = new WorkerHandle(fake, (_, error) => void (closed = error), 3);
-    receiver!.data(frame(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime: "node", pid: 4242 })));
+    push(frame(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime: "node", pid: 4242 })));
     await worker.ready;
     const completed: number[] = [];
     const sink = (name: number) =>
       ({ pid: undefined, onExit: () => void completed.push(name) }) as unknown as RequestSink;
     const exit = (id: number) =>
-      receiver!.data(frame(Frame.Exit, id, concatBytes(encodeExit({ code: 0, signal: null, reason: null }))));
+      push(frame(Frame.Exit, id, concatBytes(encodeExit({ code: 0, signal: null, reason: null }))));
     assert.deepEqual([worker.begin(sink(1), false), worker.begin(sink(2), false), worker.begin(sink(3), false)], [
       1,
       2,

@@ -30,6 +30,22 @@ const fdList = (): string[] => openFds().map(([fd, target]) => `${fd} -> ${targe
 const children = (): number => childPids(process.pid).filter(alive).length;
 const rssMB = (pid: number) => Math.round(rssBytes(pid) / 2 ** 20);
 
+/**
+ * A fast writer whose reader leaves after the first chunk: the output past the window waits in the worker,
+ * is dropped at the release, and `yes` gets SIGPIPE (or ECONNRESET, exit 1, on a socketpair). Resolves with
+ * what went wrong, or undefined; rejects with the pool's error.
+ */
+export async function cancelledYes(pool: Pool): Promise<string | undefined> {
+  const child = pool.command("yes", { stdout: "piped", stderr: "null" }).spawn();
+  const reader = child.stdout.getReader();
+  const first = await reader.read();
+  await reader.cancel();
+  const status = await child.status;
+  if (first.done) return "no output";
+  if (!(status.signal === "SIGPIPE" || status.code === 1)) return `exit ${JSON.stringify(status)}`;
+  return undefined;
+}
+
 /** Runs `spawns` mixed commands through `pool`, `concurrency` at a time. */
 export async function soak(pool: Pool, spawns: number, concurrency: number, scratch: string): Promise<SoakReport> {
   const catFile = writeCatFixture(scratch);
@@ -69,16 +85,8 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
       if (status.signal !== "SIGKILL") wrong.push(`kill ${i}: ${JSON.stringify(status)}`);
     },
     async (i: number) => {
-      // A fast writer whose reader leaves after the first chunk: the output past the window waits in the
-      // worker, is dropped at the release, and `yes` gets SIGPIPE (or ECONNRESET, exit 1, on a socketpair).
-      const child = pool.command("yes", { stdout: "piped", stderr: "null" }).spawn();
-      const reader = child.stdout.getReader();
-      const first = await reader.read();
-      await reader.cancel();
-      const status = await child.status;
-      if (first.done || !(status.signal === "SIGPIPE" || status.code === 1)) {
-        wrong.push(`yes ${i}: ${JSON.stringify(status)}`);
-      }
+      const what = await cancelledYes(pool);
+      if (what !== undefined) wrong.push(`yes ${i}: ${what}`);
     },
   ];
   // A warm-up first: runtimes open a few fds of their own early on, once. Deno opens a socketpair the

@@ -154,9 +154,17 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     }, STREAM_GRACE_MS);
   };
 
-  const closeStream = (job: Job, fd: StreamFd): void => {
+  /**
+   * Ends a stream for good: nothing more is read, held or paused on it, so the grace may now run for the other
+   * one (a grandchild's). The host hears StreamEnd unless the request is buffered or the host released it.
+   */
+  const closeStream = (job: Job, fd: StreamFd, tell = !job.request.buffered): void => {
     job.open[fd] = false;
-    if (!job.request.buffered) writer.send(Frame.StreamEnd, job.id, FD_PAYLOAD[fd]);
+    job.ended[fd] = false;
+    job.held[fd] = [];
+    job.paused[fd] = false;
+    armGrace(job);
+    if (tell) writer.send(Frame.StreamEnd, job.id, FD_PAYLOAD[fd]);
     finish(job);
   };
 
@@ -169,9 +177,10 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     const held = job.held[fd];
     const window = job.request.window;
     while (held.length > 0 && job.unacked[fd] < window) {
-      // As much of the oldest piece as the window has room for; the rest stays first in line.
+      // As much of the oldest read as the window has room for, in a frame of at most MAX_CHUNK_BYTES; the rest
+      // stays first in line.
       let piece = held[0];
-      const room = window - job.unacked[fd];
+      const room = Math.min(window - job.unacked[fd], MAX_CHUNK_BYTES);
       if (piece.byteLength > room) {
         held[0] = piece.subarray(room);
         piece = piece.subarray(0, room);
@@ -182,10 +191,6 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       job.unacked[fd] += piece.byteLength;
     }
     if (held.length === 0 && job.ended[fd]) {
-      // Nothing left to pause on this stream: the grace may now run for the other one (a grandchild's).
-      job.ended[fd] = false;
-      job.paused[fd] = false;
-      armGrace(job);
       closeStream(job, fd);
       return;
     }
@@ -237,13 +242,8 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     // The host must hear "spawned" before any output or exit: events the adapter reports before its
     // spawn() promise settles wait here, until `job.child` is set.
     const early: Array<() => void> = [];
-    /** Collects (buffered) or sends as far as the credit goes (streamed) a piece of at most MAX_CHUNK_BYTES. */
-    const take = (fd: StreamFd, piece: Uint8Array): void => {
-      if (!request.buffered) {
-        job.held[fd].push(piece);
-        sendHeld(job, fd);
-        return;
-      }
+    /** Collects a piece of buffered output of at most MAX_CHUNK_BYTES. */
+    const collect = (fd: StreamFd, piece: Uint8Array): void => {
       job.totalBytes += piece.byteLength;
       if (request.maxBuffer !== undefined && job.totalBytes > request.maxBuffer) {
         stopFor(job, "maxBuffer", "SIGKILL");
@@ -256,11 +256,14 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     const events: ChildEvents = {
       data(fd, chunk) {
         if (!job.open[fd]) return; // released, or after the grace
-        if (chunk.byteLength <= MAX_CHUNK_BYTES) {
-          take(fd, chunk);
+        if (!request.buffered) {
+          job.held[fd].push(chunk);
+          sendHeld(job, fd);
+        } else if (chunk.byteLength <= MAX_CHUNK_BYTES) {
+          collect(fd, chunk);
         } else {
           for (let offset = 0; offset < chunk.byteLength; offset += MAX_CHUNK_BYTES) {
-            take(fd, chunk.subarray(offset, offset + MAX_CHUNK_BYTES));
+            collect(fd, chunk.subarray(offset, offset + MAX_CHUNK_BYTES));
           }
         }
         if (job.exit) armGrace(job);
@@ -342,14 +345,9 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       case Frame.Release: {
         const fd = decodeFd(payload);
         if (!job.open[fd]) return;
-        job.open[fd] = false;
-        job.paused[fd] = false;
-        job.held[fd] = [];
-        job.ended[fd] = false;
+        closeStream(job, fd, false);
         if (job.child) job.child.release(fd);
         else job.early.push({ release: fd });
-        armGrace(job);
-        finish(job);
         return;
       }
       case Frame.Credit: {
