@@ -6,8 +6,6 @@
  * @module
  */
 
-import { SpawnFailed } from "../core/adapter.ts";
-
 /** Pumps a readable stream into callbacks until it ends or is released. */
 export class StreamPump {
   #reader: ReadableStreamDefaultReader<Uint8Array>;
@@ -60,25 +58,4 @@ export function releasePumps(
 ): void {
   if (fd !== 2) pumps[1]?.release();
   if (fd !== 1) pumps[2]?.release();
-}
-
-/** A runtime's spawn error (thrown, or reported) as the {@linkcode SpawnFailed} a worker reports to its host. */
-export function spawnFailed(error: unknown): SpawnFailed {
-  const errno = (error as { errno?: unknown })?.errno;
-  return new SpawnFailed({
-    code: errorCode(error),
-    errno: typeof errno === "number" ? errno : undefined,
-    message: error instanceof Error ? error.message : String(error),
-  });
-}
-
-/** Maps a runtime's thrown spawn error to an errno name. */
-function errorCode(error: unknown): string {
-  const code = (error as { code?: unknown })?.code;
-  if (typeof code === "string") return code;
-  const name = (error as { name?: unknown })?.name;
-  if (name === "NotFound") return "ENOENT";
-  if (name === "PermissionDenied") return "EACCES";
-  if (name === "NotADirectory") return "ENOTDIR";
-  return "EUNKNOWN";
 }

@@ -12,7 +12,7 @@ import { signalName } from "../core/signals.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
-import { releasePumps, spawnFailed, StreamPump } from "./_stream_pump.ts";
+import { releasePumps, StreamPump } from "./_stream_pump.ts";
 
 type BunStdio = "pipe" | "inherit" | "ignore";
 
@@ -83,23 +83,18 @@ export const bunAdapter: Adapter = {
   },
 
   spawn(request, events) {
-    let proc;
-    try {
-      proc = Bun.spawn({
-        cmd: [request.cmd, ...request.args],
-        cwd: request.cwd,
-        env: commandEnv(request),
-        stdin: bunStdio(request.stdin, true),
-        stdout: bunStdio(request.stdout, false),
-        stderr: bunStdio(request.stderr, false),
-        argv0: request.argv0,
-        uid: request.uid,
-        gid: request.gid,
-        detached: true,
-      });
-    } catch (error) {
-      return Promise.reject(spawnFailed(error));
-    }
+    const proc = Bun.spawn({
+      cmd: [request.cmd, ...request.args],
+      cwd: request.cwd,
+      env: commandEnv(request),
+      stdin: bunStdio(request.stdin, true),
+      stdout: bunStdio(request.stdout, false),
+      stderr: bunStdio(request.stderr, false),
+      argv0: request.argv0,
+      uid: request.uid,
+      gid: request.gid,
+      detached: true,
+    });
     const pumps: [undefined, StreamPump | undefined, StreamPump | undefined] = [undefined, undefined, undefined];
     for (const fd of [1, 2] as const) {
       const stream = fd === 1 ? proc.stdout : proc.stderr;

@@ -11,7 +11,7 @@ import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { LENDING_READ_BYTES } from "./_socket_channel.ts";
-import { releasePumps, spawnFailed, StreamPump } from "./_stream_pump.ts";
+import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
   handshake,
   newSecret,
@@ -215,28 +215,23 @@ export const denoAdapter: Adapter = {
         }),
       );
     }
-    let child: Deno.ChildProcess;
     const ownGroup = request.timeout !== undefined || request.detached === true;
-    try {
-      child = new Deno.Command(request.cmd, {
-        args: request.args,
-        cwd: request.cwd,
-        env: request.env,
-        clearEnv: request.clearEnv,
-        // Stdin "inherit" reads nothing: a worker has no terminal to share.
-        stdin: request.stdin === "piped" ? "piped" : "null",
-        stdout: request.stdout,
-        stderr: request.stderr,
-        uid: request.uid,
-        gid: request.gid,
-        // A session of its own costs Deno its posix_spawn fast path (about half the spawn rate in a worker),
-        // so only commands whose group is signalled get one: a timeout kills the group, and `detached` must
-        // outlive the worker. The others stay in the worker's own group, which `killOwnGroup` ends.
-        detached: ownGroup,
-      }).spawn();
-    } catch (error) {
-      return Promise.reject(spawnFailed(error));
-    }
+    const child = new Deno.Command(request.cmd, {
+      args: request.args,
+      cwd: request.cwd,
+      env: request.env,
+      clearEnv: request.clearEnv,
+      // Stdin "inherit" reads nothing: a worker has no terminal to share.
+      stdin: request.stdin === "piped" ? "piped" : "null",
+      stdout: request.stdout,
+      stderr: request.stderr,
+      uid: request.uid,
+      gid: request.gid,
+      // A session of its own costs Deno its posix_spawn fast path (about half the spawn rate in a worker),
+      // so only commands whose group is signalled get one: a timeout kills the group, and `detached` must
+      // outlive the worker. The others stay in the worker's own group, which `killOwnGroup` ends.
+      detached: ownGroup,
+    }).spawn();
     const pumps: [undefined, StreamPump | undefined, StreamPump | undefined] = [undefined, undefined, undefined];
     if (request.stdout === "piped") {
       pumps[1] = new StreamPump(child.stdout, (chunk) => events.data(1, chunk), () => events.end(1));

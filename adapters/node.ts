@@ -12,7 +12,6 @@ import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { lendingSocketChannel, socketChannel } from "./_socket_channel.ts";
-import { spawnFailed } from "./_stream_pump.ts";
 import { connectedPair, connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 
 type NodeStdio = "pipe" | "inherit" | "ignore";
@@ -52,13 +51,16 @@ export function nodeStdio(mode: StdioMode, isStdin: boolean): NodeStdio {
   return mode === "inherit" && !isStdin ? "inherit" : "ignore";
 }
 
-/** Resolves once `child` has spawned; rejects with {@linkcode SpawnFailed} if it could not. */
+/**
+ * Resolves once `child` has spawned; rejects with the 'error' node reports if it could not. (Node throws most
+ * spawn errors, ENOTDIR, E2BIG, EPERM, ..., from `spawn` itself, and reports only a few, such as ENOENT and
+ * EACCES, this way.)
+ */
 export function whenSpawned(child: ChildProcess): Promise<void> {
   return new Promise((resolve, reject) => {
-    const onError = (error: NodeJS.ErrnoException) => reject(spawnFailed(error));
-    child.once("error", onError);
+    child.once("error", reject);
     child.once("spawn", () => {
-      child.off("error", onError);
+      child.off("error", reject);
       resolve();
     });
   });
@@ -137,21 +139,16 @@ export const nodeAdapter: Adapter = {
 
   async spawn(request, events) {
     collectBeforeFork();
-    let child: ChildProcess;
-    try {
-      child = spawn(request.cmd, request.args, {
-        cwd: request.cwd,
-        env: commandEnv(request),
-        stdio: [nodeStdio(request.stdin, true), nodeStdio(request.stdout, false), nodeStdio(request.stderr, false)],
-        argv0: request.argv0,
-        uid: request.uid,
-        gid: request.gid,
-        detached: true,
-      });
-    } catch (error) {
-      // Node throws most spawn errors (ENOTDIR, E2BIG, EPERM, ...) here and reports only a few as 'error'.
-      throw spawnFailed(error);
-    }
+    // Node throws most spawn errors here and reports a few as 'error' (`whenSpawned`): both reject this call.
+    const child = spawn(request.cmd, request.args, {
+      cwd: request.cwd,
+      env: commandEnv(request),
+      stdio: [nodeStdio(request.stdin, true), nodeStdio(request.stdout, false), nodeStdio(request.stderr, false)],
+      argv0: request.argv0,
+      uid: request.uid,
+      gid: request.gid,
+      detached: true,
+    });
     child.stdin?.on("error", () => {});
     await whenSpawned(child);
     const streams = [undefined, child.stdout, child.stderr] as const;

@@ -112,7 +112,10 @@ export interface SpawnedChild {
   release(fd?: StreamFd): void;
 }
 
-/** Thrown by {@linkcode Adapter.spawn} when the child cannot start. */
+/**
+ * A child that could not start, as the worker reports it to the host: thrown by {@linkcode Adapter.spawn}, or
+ * made from the runtime's own error by {@linkcode spawnFailed}.
+ */
 export class SpawnFailed extends Error {
   /** The failure as it travels to the host. */
   readonly failure: SpawnFailure;
@@ -123,6 +126,32 @@ export class SpawnFailed extends Error {
     this.name = "SpawnFailed";
     this.failure = failure;
   }
+}
+
+/**
+ * The {@linkcode SpawnFailed} a worker reports to its host for whatever an adapter's spawn threw or rejected
+ * with: a `SpawnFailed` as it is; a runtime's own error by its errno name (its `code`, or the name of a Deno
+ * error that has none) and its `errno`.
+ */
+export function spawnFailed(error: unknown): SpawnFailed {
+  if (error instanceof SpawnFailed) return error;
+  const errno = (error as { errno?: unknown })?.errno;
+  return new SpawnFailed({
+    code: errorCode(error),
+    errno: typeof errno === "number" ? errno : undefined,
+    message: error instanceof Error ? error.message : String(error),
+  });
+}
+
+/** Maps a runtime's spawn error to an errno name. */
+function errorCode(error: unknown): string {
+  const code = (error as { code?: unknown })?.code;
+  if (typeof code === "string") return code;
+  const name = (error as { name?: unknown })?.name;
+  if (name === "NotFound") return "ENOENT";
+  if (name === "PermissionDenied") return "EACCES";
+  if (name === "NotADirectory") return "ENOTDIR";
+  return "EUNKNOWN";
 }
 
 /** How a worker reaches its host; set by the host in the worker's environment. */
@@ -144,7 +173,11 @@ export interface Adapter {
   startWorker(launch: WorkerLaunch): Promise<WorkerProcess>;
   /** Worker side: opens the channel to the host that started this process. */
   connectToHost(kind: ChannelKind): Promise<ByteChannel>;
-  /** Worker side: spawns a command with this runtime's native API; rejects with {@linkcode SpawnFailed}. */
+  /**
+   * Worker side: spawns a command with this runtime's native API. When the command cannot start, it may throw
+   * or reject, with the runtime's own error or with a {@linkcode SpawnFailed}: the worker loop maps either with
+   * {@linkcode spawnFailed}, so an adapter need not catch its runtime's errors.
+   */
   spawn(request: SpawnRequest, events: ChildEvents): Promise<SpawnedChild>;
   /** Worker side: calls `handler` once when the process is asked to terminate (SIGINT, SIGTERM, SIGHUP). */
   onTerminate(handler: () => void): void;

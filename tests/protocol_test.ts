@@ -13,17 +13,19 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
-import type {
-  Adapter,
-  ByteChannel,
-  ChannelReceiver,
-  ChildEvents,
-  SpawnedChild,
-  WorkerProcess,
+import {
+  type Adapter,
+  type ByteChannel,
+  type ChannelReceiver,
+  type ChildEvents,
+  type SpawnedChild,
+  SpawnFailed,
+  type WorkerProcess,
 } from "../core/adapter.ts";
 import {
   concatBytes,
   decodeExit,
+  decodeJson,
   encodeCredit,
   encodeExit,
   encodeJson,
@@ -33,6 +35,7 @@ import {
   MAX_PAYLOAD_BYTES,
   PROTOCOL_VERSION,
   ProtocolError,
+  type SpawnFailure,
   type SpawnRequest,
 } from "../core/frame.ts";
 import { type RequestSink, WorkerHandle } from "../core/worker_handle.ts";
@@ -355,6 +358,99 @@ describe("output a runtime reads in one huge piece", () => {
     assert.equal(joined.byteLength, output.byteLength);
     assert.ok(Buffer.from(joined).equals(output), "every byte, once, in order");
   });
+});
+
+describe("a spawn the adapter fails", () => {
+  // Adapters let their runtime's spawn errors out as they are, thrown or rejected; the worker loop maps them.
+  const named = (name: string, message: string) => Object.assign(new Error(message), { name });
+  const cases: Array<{ what: string; error: unknown; thrown: boolean; expected: SpawnFailure }> = [
+    {
+      what: "a Deno error with a name and no code (NotFound), thrown",
+      error: named("NotFound", "Failed to spawn 'x': entity not found"),
+      thrown: true,
+      expected: { code: "ENOENT", message: "Failed to spawn 'x': entity not found" },
+    },
+    {
+      what: "a Deno error with a name and no code (PermissionDenied), rejected",
+      error: named("PermissionDenied", "denied"),
+      thrown: false,
+      expected: { code: "EACCES", message: "denied" },
+    },
+    {
+      what: "a Deno error with a name and no code (NotADirectory), thrown",
+      error: named("NotADirectory", "not a directory"),
+      thrown: true,
+      expected: { code: "ENOTDIR", message: "not a directory" },
+    },
+    {
+      what: "a node error with its code and errno, rejected",
+      error: Object.assign(new Error("spawn x ENOENT"), { code: "ENOENT", errno: -2 }),
+      thrown: false,
+      expected: { code: "ENOENT", errno: -2, message: "spawn x ENOENT" },
+    },
+    {
+      what: "an error with both a code and a Deno name, thrown: the code wins; an errno that is no number is dropped",
+      error: Object.assign(named("NotFound", "too long"), { code: "E2BIG", errno: "E2BIG" }),
+      thrown: true,
+      expected: { code: "E2BIG", message: "too long" },
+    },
+    {
+      what: "a SpawnFailed, rejected: passed on as it is",
+      error: new SpawnFailed({ code: "ENOTSUP", errno: -95, message: "argv0 is not supported" }),
+      thrown: false,
+      expected: { code: "ENOTSUP", errno: -95, message: "argv0 is not supported" },
+    },
+    {
+      what: "an error that names no cause, thrown",
+      error: new TypeError("bad"),
+      thrown: true,
+      expected: { code: "EUNKNOWN", message: "bad" },
+    },
+    {
+      what: "a string, thrown",
+      error: "no such thing",
+      thrown: true,
+      expected: { code: "EUNKNOWN", message: "no such thing" },
+    },
+  ];
+  for (const { what, error, thrown, expected } of cases) {
+    it(`${what}: the host hears ${expected.code}, and the worker goes on`, async () => {
+      const { channel, push, sent } = memoryChannel();
+      const exits: number[] = [];
+      let calls = 0;
+      const adapter = {
+        runtime: "deno",
+        spawn: () => {
+          if (calls++ > 0) return Promise.resolve({ pid: 4242 } as SpawnedChild);
+          if (thrown) throw error;
+          return Promise.reject(error);
+        },
+        onTerminate: () => {},
+        pid: () => 1,
+        exit: (code: number) => void exits.push(code),
+      } as unknown as Adapter;
+      serve(adapter, channel);
+      const request: SpawnRequest = {
+        cmd: "x",
+        args: [],
+        stdin: "null",
+        stdout: "null",
+        stderr: "null",
+        buffered: true,
+        killSignal: "SIGTERM",
+        forceKillAfterDelay: 5000,
+        window: 1024 * 1024,
+      };
+      push(frame(Frame.Spawn, 1, encodeJson(request)));
+      await settle();
+      push(frame(Frame.Spawn, 1, encodeJson(request))); // the failed request let go of its id
+      await settle();
+      const frames = sent.filter((f) => f.type !== Frame.Hello);
+      assert.deepEqual(frames.map((f) => [f.type, f.id]), [[Frame.SpawnError, 1], [Frame.Spawned, 1]]);
+      assert.deepEqual(decodeJson(frames[0].payload), expected);
+      assert.deepEqual(exits, [], "the worker did not stop");
+    });
+  }
 });
 
 describe("worker loop fed garbage", () => {

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type Adapter, type ByteChannel, type ChildEvents, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
+import { type Adapter, type ByteChannel, type ChildEvents, type SpawnedChild, spawnFailed } from "../core/adapter.ts";
 import {
   decodeFd,
   decodeJson,
@@ -291,11 +291,9 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
           job.child ? events.exit(code, signal) : void early.push(() => events.exit(code, signal)),
       });
     } catch (error) {
+      // Thrown or rejected, the runtime's own error or a SpawnFailed: the host hears it as a SpawnFailed.
       jobs.delete(job.id);
-      const failure = error instanceof SpawnFailed
-        ? error.failure
-        : { code: "EUNKNOWN", message: error instanceof Error ? error.message : String(error) };
-      writer.send(Frame.SpawnError, job.id, encodeJson(failure));
+      writer.send(Frame.SpawnError, job.id, encodeJson(spawnFailed(error).failure));
       return;
     }
     job.child = child;
