@@ -13,10 +13,11 @@ import { isAbsolute, resolve } from "node:path";
 import process from "node:process";
 import { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
+import { format } from "node:util";
 import { SpawnError } from "../core/errors.ts";
 import { CreditBatch, Execution, type OutputControls, type OutputSink, type Scheduler } from "../core/execution.ts";
 import type { ExitInfo, StdioMode, StreamFd } from "../core/frame.ts";
-import { buildRequest, MAX_TIMER_MS } from "../core/options.ts";
+import { buildRequest, DEFAULT_FORCE_KILL_AFTER_DELAY, MAX_TIMER_MS } from "../core/options.ts";
 import { signalName } from "../core/signals.ts";
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -99,17 +100,25 @@ function errnoOf(code: string): number | undefined {
   return errno === undefined ? undefined : -errno;
 }
 
+/** Node's `convertToValidSignal`: a signal's name from its name (in any case) or number, else ERR_UNKNOWN_SIGNAL. */
+function validSignal(value: unknown): string {
+  if (typeof value === "string" || typeof value === "number") {
+    try {
+      return signalName(typeof value === "string" ? value.toUpperCase() : value);
+    } catch {
+      // unknown: thrown below, as for a value of another type
+    }
+  }
+  throw nodeError(TypeError, "ERR_UNKNOWN_SIGNAL", format("Unknown signal: %s", value));
+}
+
+/** Node's `sanitizeKillSignal` for a `killSignal` option: undefined when absent, else a signal's name. */
 function killSignalOf(value: unknown, name: string): string | undefined {
   if (value === undefined || value === null) return undefined;
   if (typeof value !== "string" && typeof value !== "number") {
-    throw invalidArgType(name, "of type string or number", value);
+    throw invalidArgType(name, "one of type string or number", value);
   }
-  try {
-    // Node accepts signal names in any case.
-    return signalName(typeof value === "string" ? value.toUpperCase() : value);
-  } catch {
-    throw nodeError(TypeError, "ERR_UNKNOWN_SIGNAL", `Unknown signal: ${value}`);
-  }
+  return validSignal(value);
 }
 
 function validateTimeout(timeout: unknown): number {
@@ -149,8 +158,6 @@ interface PooledSpawn {
   detached: boolean;
   timeout: number;
   killSignal: string;
-  /** What an abort sends: `killSignal` for spawn, SIGTERM for execFile (which handles `killSignal` itself in Node). */
-  abortSignal: string;
   signal?: AbortSignal;
 }
 
@@ -278,7 +285,8 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
   }
 
   const source = (o.env || process.env) as Record<string, unknown>;
-  const env: Record<string, string> = {};
+  // Without a prototype, a "__proto__" key is an entry like any other (on `{}` it would set the prototype).
+  const env: Record<string, string> = Object.create(null);
   for (const key in source) {
     const value = source[key];
     if (value === undefined) continue;
@@ -306,7 +314,6 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
     detached: o.detached === true,
     timeout,
     killSignal,
-    abortSignal: killSignal,
   };
   if (argv0 !== undefined) spec.argv0 = argv0;
   if (uid !== undefined) spec.uid = uid;
@@ -402,6 +409,9 @@ function epipe(): NodeError & { errno: number; syscall: string } {
   return Object.assign(nodeError(Error, "EPIPE", "write EPIPE"), { errno: errnoOf("EPIPE") ?? -32, syscall: "write" });
 }
 
+/** Sends a signal to a pooled command's process group, as the pool's timeout does; false once it exited. */
+let killGroup: (child: ChildProcess, signal: string) => boolean;
+
 /**
  * A pooled command, shaped like Node's `ChildProcess`: an `EventEmitter` with `'spawn'`, `'exit'`,
  * `'close'` and `'error'`, Node streams for piped stdio, `pid` once the worker has started the command.
@@ -450,7 +460,7 @@ export class ChildProcess extends EventEmitter {
 
   readonly #execution: Execution;
   /** Sent on abort. */
-  readonly #killSignal: string;
+  readonly #abortSignal: string;
   /** 'close' waits for the exit (or failure) and for each piped output stream to close. */
   #closesNeeded = 1;
   #closesGot = 0;
@@ -467,12 +477,16 @@ export class ChildProcess extends EventEmitter {
     else this.#abortPending = this.#signal;
   };
 
-  /** @internal */
-  constructor(scheduler: Scheduler, spec: PooledSpawn) {
+  /**
+   * @internal
+   * @param abortSignal What an abort of `spec.signal` sends: `killSignal` for spawn, SIGTERM for execFile and
+   * exec (where `killSignal` is for the timeout and maxBuffer only, as in Node).
+   */
+  constructor(scheduler: Scheduler, spec: PooledSpawn, abortSignal: string = spec.killSignal) {
     super();
     this.spawnfile = spec.file;
     this.spawnargs = spec.spawnargs as string[];
-    this.#killSignal = spec.abortSignal;
+    this.#abortSignal = abortSignal;
     const outputs: [undefined, OutputReadable | undefined, OutputReadable | undefined] = [
       undefined,
       undefined,
@@ -495,6 +509,17 @@ export class ChildProcess extends EventEmitter {
       gid: spec.gid,
       detached: spec.detached,
     });
+    // buildRequest copies `env` into a plain object, where a "__proto__" key is lost (assigning it sets the
+    // prototype). Node passes it on as a variable like any other, so it is put back, as an own property, which
+    // the request's JSON carries to the worker (and the worker's runtimes pass on).
+    if (Object.hasOwn(spec.env, "__proto__") && !Object.hasOwn(request.env!, "__proto__")) {
+      Object.defineProperty(request.env!, "__proto__", {
+        value: spec.env["__proto__"],
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
     // Every event reaches user code in its own microtask, queued as it arrives from the worker, so events
     // keep their order and an exception in a listener is an uncaught exception of the application (as in
     // Node), never a failure of the worker's channel or a rejected promise.
@@ -543,12 +568,17 @@ export class ChildProcess extends EventEmitter {
    * @throws {TypeError} For an unknown signal (`ERR_UNKNOWN_SIGNAL`).
    */
   kill(signal?: NodeJS.Signals | number): boolean {
-    if (signal !== undefined && typeof signal !== "string" && typeof signal !== "number") {
-      throw nodeError(TypeError, "ERR_UNKNOWN_SIGNAL", `Unknown signal: ${String(signal)}`);
-    }
-    const name = signal === 0 ? "0" : killSignalOf(signal ?? "SIGTERM", "signal")!;
+    return this.#send(signal === 0 ? "0" : validSignal(signal === undefined ? "SIGTERM" : signal), false);
+  }
+
+  static {
+    killGroup = (child, signal) => child.#send(signal, true);
+  }
+
+  /** Sends a signal (a name, or "0" to send none) to the command or its process group, as `kill()` does. */
+  #send(name: string, group: boolean): boolean {
     if (this.#settled) return false;
-    if (name !== "0") this.#execution.kill(name);
+    if (name !== "0") this.#execution.kill(name, group);
     this.killed = true;
     return true;
   }
@@ -600,7 +630,7 @@ export class ChildProcess extends EventEmitter {
   }
 
   #abort(signal: AbortSignal): void {
-    if (this.kill(this.#killSignal as NodeJS.Signals)) {
+    if (this.kill(this.#abortSignal as NodeJS.Signals)) {
       this.emit("error", new AbortError(undefined, { cause: signal.reason }));
     }
   }
@@ -745,19 +775,19 @@ const MAX_BUFFER = 1024 * 1024;
 
 /** Creates `spawn`, `execFile` and `exec` that run commands through `scheduler()`. */
 export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
-  function spawnPooled(
-    file: unknown,
-    args?: unknown,
-    options?: unknown,
-    abortSignal?: string,
-  ): ChildProcess | native.ChildProcess {
+  /** `spawn`, and for execFile what an abort sends (`spec.killSignal` when undefined). */
+  function spawnWith(file: unknown, args: unknown, options: unknown, abortSignal?: string) {
     const spec = normalizeSpawn(file, args, options);
     if (typeof spec === "string") {
       warnNative(spec);
       return native.spawn(file as string, args as string[], options as native.SpawnOptions);
     }
-    if (abortSignal !== undefined) spec.abortSignal = abortSignal;
-    return new ChildProcess(scheduler(), spec);
+    return new ChildProcess(scheduler(), spec, abortSignal);
+  }
+
+  /** `child_process.spawn`: Node's parameters, no more. */
+  function spawnPooled(file: unknown, args?: unknown, options?: unknown): ChildProcess | native.ChildProcess {
+    return spawnWith(file, args, options);
   }
 
   function execFilePooled(file: unknown, argsIn?: unknown, optionsIn?: unknown, callbackIn?: unknown) {
@@ -802,16 +832,19 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
     if (o.maxBuffer !== null && o.maxBuffer !== undefined && !(typeof maxBuffer === "number" && maxBuffer >= 0)) {
       throw outOfRange("options.maxBuffer", "a positive number", o.maxBuffer);
     }
-    const killSignal = killSignalOf(o.killSignal, "options.killSignal");
-    const child = spawnPooled(file, args, {
+    const killSignal = killSignalOf(o.killSignal, "options.killSignal") ?? "SIGTERM";
+    const child = spawnWith(file, args, {
       cwd: o.cwd,
       env: o.env,
       gid: o.gid,
       uid: o.uid,
       shell: o.shell,
       signal: o.signal,
-      timeout,
-      killSignal,
+      // The timeout is this function's own timer (below), as in Node; the pool's is only a backstop, SIGKILL to
+      // the process group if the command still runs 5 s after that timer signalled it. (It also gives the command
+      // its process group on Deno workers, which make one only for commands with a timeout.)
+      timeout: timeout > 0 ? Math.min(timeout + DEFAULT_FORCE_KILL_AFTER_DELAY, MAX_TIMER_MS) : 0,
+      killSignal: "SIGKILL",
       windowsHide: !!o.windowsHide,
       windowsVerbatimArguments: !!o.windowsVerbatimArguments,
     }, "SIGTERM") as ChildProcess;
@@ -857,12 +890,7 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       child.stdout?.destroy();
       child.stderr?.destroy();
       killedHere = true;
-      try {
-        child.kill((killSignal ?? "SIGTERM") as NodeJS.Signals);
-      } catch (e) {
-        error = e as ExecError;
-        onExit();
-      }
+      child.kill(killSignal as NodeJS.Signals);
     };
     for (const fd of [1, 2] as const) {
       const stream = fd === 1 ? child.stdout : child.stderr;
@@ -890,10 +918,23 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
         }
       });
     }
-    // Node's own timer: at the timeout, the output read so far is what the callback gets (the streams are
-    // destroyed first), and the command is signalled. The pool's timeout (passed to spawn) then also
-    // signals the command's process group, and SIGKILLs it if it lingers.
-    const timer = timeout > 0 ? setTimeout(kill, timeout) : undefined;
+    // The timeout, as Node's timer: the command is signalled once, with killSignal (to its process group), and
+    // its output streams are destroyed, so the callback, which still waits for 'close', gets the output read so
+    // far, and later writes meet a closed pipe. The signal is sent first, so the worker signals the command just
+    // before it closes the pipes (Node closes them just before). The timer starts at 'spawn': a command that
+    // waited for a worker to start still gets its full time, and the pool's backstop counts from that moment too.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = (): void => {
+      killedHere = true;
+      killGroup(child, killSignal);
+      child.stdout?.destroy();
+      child.stderr?.destroy();
+    };
+    if (timeout > 0) {
+      child.once("spawn", () => {
+        if (!exited) timer = setTimeout(timedOut, timeout);
+      });
+    }
     child.addListener("close", onExit);
     child.addListener("error", (e: ExecError) => {
       error = e;

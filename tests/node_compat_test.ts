@@ -41,6 +41,18 @@ writeFileSync(NOT_EXECUTABLE, "#!/bin/sh\necho never\n");
 chmodSync(NOT_EXECUTABLE, 0o644);
 const A_DIRECTORY = join(scratch, "a-directory");
 mkdirSync(A_DIRECTORY);
+/** Notes each SIGTERM it gets in the file its last argument names; prints "early" and exits 3 after 1.2 s. */
+const COUNT_TERMS = join(scratch, "count-terms.mjs");
+writeFileSync(
+  COUNT_TERMS,
+  [
+    'import { appendFileSync } from "node:fs";',
+    'import process from "node:process";',
+    'process.on("SIGTERM", () => appendFileSync(process.argv.at(-1), "TERM\\n"));',
+    'process.stdout.write("early\\n");',
+    "setTimeout(() => process.exit(3), 1200);",
+  ].join("\n"),
+);
 
 function digest(chunks: Buffer[]): string {
   const all = Buffer.concat(chunks);
@@ -392,6 +404,15 @@ const scenarios: Scenario[] = [
   spawnCase("env values are stringified", sh('echo "$NUM $BOOL"', { env: { NUM: 42, BOOL: false } })),
   spawnCase("an env key holding '=' names what comes before it", sh('echo "$A|$C"', { env: { "A=B": "c", C: "d" } })),
   spawnCase("env follows process.env changes", sh('echo "$SPAWNPOOL_COMPAT_VAR"')),
+  // An own "__proto__" key, as JSON.parse makes one, is a variable like any other in Node.
+  spawnCase("an env key '__proto__' is passed on", {
+    file: "printenv",
+    args: ["__proto__", "A"],
+    options: { env: JSON.parse('{"__proto__": "x", "A": "1"}') },
+  }, {
+    nativeDiffers: { bun: { fields: ["log", "stdout", "exitCode"], why: "Bun's spawn leaves out a '__proto__' key" } },
+    expectPooled: (r) => assert.equal(r.stdout, digest([Buffer.from("x\n1\n")])),
+  }),
   spawnCase("shell: true joins command and args", {
     file: "echo",
     args: ["$((1+2))", "|", "tr", "3", "x"],
@@ -521,6 +542,18 @@ const scenarios: Scenario[] = [
     args: ["5"],
     options: () => ({ signal: timeoutSignal(150), killSignal: "SIGKILL" }),
   }),
+  {
+    name: "spawn ignores a fourth argument",
+    run: (cp) => {
+      const spawn4 = (file: string, args: unknown[], options: unknown) =>
+        (cp.spawn as (...a: unknown[]) => native.ChildProcess)(file, args, options, "SIGKILL");
+      return observe({ ...cp, spawn: spawn4 as CP["spawn"] }, {
+        file: "sleep",
+        args: ["5"],
+        options: () => ({ signal: timeoutSignal(150) }),
+      });
+    },
+  },
   // --- execFile and exec, callback forms
   { name: "execFile(file, callback)", run: viaCallback((cp, cb) => cp.execFile("pwd", cb)) },
   { name: "execFile(file, args, callback)", run: viaCallback((cp, cb) => cp.execFile("echo", ["a", "b"], cb)) },
@@ -562,6 +595,28 @@ const scenarios: Scenario[] = [
       deno: { fields: ["error"], why: "Deno's execFile reports SIGTERM for a command that ignores it" },
     },
     expectPooled: (r) => assert.equal((r.error as { signal?: string }).signal, "SIGPIPE"),
+  },
+  {
+    // The command notes each SIGTERM in a file (its output is discarded after the timeout) and exits by itself
+    // later. It is a script of the host's runtime, which has no child processes that a signal to its process
+    // group would also end (a shell may then report them on its closed stderr and die of SIGPIPE).
+    name: "execFile timeout signals the command once",
+    run: async (cp) => {
+      const terms = join(scratch, "terms.log");
+      writeFileSync(terms, "");
+      const [exe, ...args] = hostArgv(COUNT_TERMS, terms);
+      const result = await viaCallback((cp, cb) => cp.execFile(exe, args, { timeout: 500 }, cb))(cp);
+      return { ...result, signals: readFileSync(terms, "utf8") };
+    },
+    nativeDiffers: {
+      bun: { fields: ["signals"], why: "Bun's own execFile often signals the command twice" },
+      deno: { fields: ["error"], why: "Deno's execFile reports SIGTERM for a command that traps it and exits" },
+    },
+    expectPooled: (r) => {
+      assert.equal(r.signals, "TERM\n");
+      const { code, killed, signal } = r.error as Record<string, unknown>;
+      assert.deepEqual({ code, killed, signal }, { code: 3, killed: true, signal: null });
+    },
   },
   {
     name: "execFile timeout with a lower-case killSignal",
@@ -727,6 +782,44 @@ const scenarios: Scenario[] = [
     nativeDiffers,
     expectPooled: (r) => assert.ok(r.threw === "TypeError" || r.threw === "RangeError"),
   })),
+  {
+    name: "signal errors carry Node's messages",
+    run: (cp) => {
+      const child = cp.spawn("true");
+      child.on("error", () => {});
+      const message = (fn: () => unknown) => {
+        try {
+          fn();
+        } catch (error) {
+          return `${(error as { code?: string }).code}: ${(error as Error).message}`;
+        }
+        return "did not throw";
+      };
+      return {
+        killObject: message(() => child.kill({} as unknown as number)),
+        killArray: message(() => child.kill([1] as unknown as number)),
+        killUnknown: message(() => child.kill("SIGNOPE" as NodeJS.Signals)),
+        killSignalObject: message(() => cp.spawn("true", [], { killSignal: {} as NodeJS.Signals })),
+        killSignalBoolean: message(() => cp.spawn("true", [], { killSignal: true as unknown as NodeJS.Signals })),
+      };
+    },
+    nativeDiffers: {
+      bun: { fields: ["killObject", "killArray"], why: "Bun's ERR_UNKNOWN_SIGNAL shows objects with String()" },
+      deno: {
+        fields: ["killObject", "killArray", "killSignalObject", "killSignalBoolean"],
+        why: "Deno's kill() messages differ and it does not validate killSignal",
+      },
+    },
+    expectPooled: (r) => {
+      assert.equal(r.killObject, "ERR_UNKNOWN_SIGNAL: Unknown signal: {}");
+      assert.equal(r.killArray, "ERR_UNKNOWN_SIGNAL: Unknown signal: [ 1 ]");
+      assert.equal(
+        r.killSignalObject,
+        'ERR_INVALID_ARG_TYPE: The "options.killSignal" property must be one of type string or number. ' +
+          "Received an instance of Object",
+      );
+    },
+  },
 ];
 
 function range(n: number): string[] {
