@@ -93,7 +93,8 @@ export function buildRequest(input: RequestInput): SpawnRequest {
   let env: Record<string, string> | undefined;
   if (input.env !== undefined) {
     if (typeof input.env !== "object" || input.env === null) throw new TypeError("env must be an object");
-    env = {};
+    // Without a prototype, a "__proto__" key is a variable like any other (on `{}` it would set the prototype).
+    env = Object.create(null) as Record<string, string>;
     for (const [key, value] of Object.entries(input.env)) {
       if (value === undefined) continue;
       if (typeof value !== "string") {

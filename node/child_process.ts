@@ -509,17 +509,6 @@ export class ChildProcess extends EventEmitter {
       gid: spec.gid,
       detached: spec.detached,
     });
-    // buildRequest copies `env` into a plain object, where a "__proto__" key is lost (assigning it sets the
-    // prototype). Node passes it on as a variable like any other, so it is put back, as an own property, which
-    // the request's JSON carries to the worker (and the worker's runtimes pass on).
-    if (Object.hasOwn(spec.env, "__proto__") && !Object.hasOwn(request.env!, "__proto__")) {
-      Object.defineProperty(request.env!, "__proto__", {
-        value: spec.env["__proto__"],
-        enumerable: true,
-        writable: true,
-        configurable: true,
-      });
-    }
     // Every event reaches user code in its own microtask, queued as it arrives from the worker, so events
     // keep their order and an exception in a listener is an uncaught exception of the application (as in
     // Node), never a failure of the worker's channel or a rejected promise.

@@ -90,6 +90,10 @@ for (const runtime of WORKERS) {
       assert.equal(text(merged.stdout), "1:has-path\n");
       const cleared = await pool.command("/usr/bin/env", { clearEnv: true, env: { ONLY: "this" } }).output();
       assert.equal(text(cleared.stdout), "ONLY=this\n");
+      // An own "__proto__" key (JSON.parse makes one) is a variable like any other, as natively.
+      const proto = await pool.command("/usr/bin/env", { clearEnv: true, env: JSON.parse('{"__proto__": "x"}') })
+        .output();
+      assert.equal(text(proto.stdout), "__proto__=x\n");
     });
 
     it("Bun shape: env replaces the environment", async () => {
