@@ -832,6 +832,8 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       // The timeout is this function's own timer (below), as in Node; the pool's is only a backstop, SIGKILL to
       // the process group if the command still runs 5 s after that timer signalled it. (It also gives the command
       // its process group on Deno workers, which make one only for commands with a timeout.)
+      // (A timeout within 5 s of MAX_TIMER_MS, over 24 days, gets a backstop of MAX_TIMER_MS, which may then
+      // come first.)
       timeout: timeout > 0 ? Math.min(timeout + DEFAULT_FORCE_KILL_AFTER_DELAY, MAX_TIMER_MS) : 0,
       killSignal: "SIGKILL",
       windowsHide: !!o.windowsHide,
@@ -875,11 +877,16 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       error.cmd = cmd;
       done(error, stdout, stderr);
     };
-    const kill = (): void => {
+    // The timeout and maxBuffer end the command as Node's execFile does: signalled once, with killSignal, and its
+    // output streams destroyed, so the callback, which still waits for 'close', gets the output read so far, and
+    // later writes meet a closed pipe. The signal goes first, so the worker signals the command just before it
+    // closes the pipes (the command ends by killSignal, not by a write to a closed pipe).
+    const stop = (group: boolean): void => {
+      killedHere = true;
+      if (group) killGroup(child, killSignal);
+      else child.kill(killSignal as NodeJS.Signals);
       child.stdout?.destroy();
       child.stderr?.destroy();
-      killedHere = true;
-      child.kill(killSignal as NodeJS.Signals);
     };
     for (const fd of [1, 2] as const) {
       const stream = fd === 1 ? child.stdout : child.stderr;
@@ -901,27 +908,19 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
             "ERR_CHILD_PROCESS_STDIO_MAXBUFFER",
             `${fd === 1 ? "stdout" : "stderr"} maxBuffer length exceeded`,
           );
-          kill();
+          stop(false);
         } else {
           collected[fd].push(chunk);
         }
       });
     }
-    // The timeout, as Node's timer: the command is signalled once, with killSignal (to its process group), and
-    // its output streams are destroyed, so the callback, which still waits for 'close', gets the output read so
-    // far, and later writes meet a closed pipe. The signal is sent first, so the worker signals the command just
-    // before it closes the pipes (Node closes them just before). The timer starts at 'spawn': a command that
-    // waited for a worker to start still gets its full time, and the pool's backstop counts from that moment too.
+    // The timeout signals the command's process group, as the pool's timeout would. Its timer starts at 'spawn':
+    // a command that waited for a worker to start still gets its full time, and the pool's backstop counts from
+    // about that moment too.
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const timedOut = (): void => {
-      killedHere = true;
-      killGroup(child, killSignal);
-      child.stdout?.destroy();
-      child.stderr?.destroy();
-    };
     if (timeout > 0) {
       child.once("spawn", () => {
-        if (!exited) timer = setTimeout(timedOut, timeout);
+        if (!exited) timer = setTimeout(stop, timeout, true);
       });
     }
     child.addListener("close", onExit);

@@ -41,7 +41,7 @@ writeFileSync(NOT_EXECUTABLE, "#!/bin/sh\necho never\n");
 chmodSync(NOT_EXECUTABLE, 0o644);
 const A_DIRECTORY = join(scratch, "a-directory");
 mkdirSync(A_DIRECTORY);
-/** Notes each SIGTERM it gets in the file its last argument names; prints "early" and exits 3 after 1.2 s. */
+/** Notes each SIGTERM it gets in the file its last argument names; prints "early" and exits 3 after 2.5 s. */
 const COUNT_TERMS = join(scratch, "count-terms.mjs");
 writeFileSync(
   COUNT_TERMS,
@@ -50,7 +50,7 @@ writeFileSync(
     'import process from "node:process";',
     'process.on("SIGTERM", () => appendFileSync(process.argv.at(-1), "TERM\\n"));',
     'process.stdout.write("early\\n");',
-    "setTimeout(() => process.exit(3), 1200);",
+    "setTimeout(() => process.exit(3), 2500);",
   ].join("\n"),
 );
 
@@ -605,7 +605,7 @@ const scenarios: Scenario[] = [
       const terms = join(scratch, "terms.log");
       writeFileSync(terms, "");
       const [exe, ...args] = hostArgv(COUNT_TERMS, terms);
-      const result = await viaCallback((cp, cb) => cp.execFile(exe, args, { timeout: 500 }, cb))(cp);
+      const result = await viaCallback((cp, cb) => cp.execFile(exe, args, { timeout: 1000 }, cb))(cp);
       return { ...result, signals: readFileSync(terms, "utf8") };
     },
     nativeDiffers: {
