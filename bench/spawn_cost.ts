@@ -3,12 +3,14 @@
  * or Deno. Each case runs `echo hi` with stdin and stderr on /dev/null and the environment passed explicitly,
  * as a worker does, and checks every output.
  *
- * Under Bun (the FFI cases use `bun:ffi`):
+ * Under Bun (the FFI cases call glibc's `libc.so.6` through `bun:ffi`: Linux with glibc only):
  * - `Bun.spawn`: what a Bun worker does (adapters/bun.ts), at 30 in flight, each command in a group of its
  *   own; stdout read through its `ReadableStream`, exit awaited on `exited`.
  * - `posix_spawnp, async`: glibc's `posix_spawnp` called through `bun:ffi` at 30 in flight, also in a group of
- *   its own (`POSIX_SPAWN_SETSID`, as `detached`); stdout read through `Bun.file(fd).stream()`, and the child
- *   reaped with `waitpid(pid, WNOHANG)` once its stdout ended (retried on a timer while it has not exited).
+ *   its own (`POSIX_SPAWN_SETSID`, as `detached`), with the environment turned into C strings for each command
+ *   (a worker gets it with each request); stdout read through `Bun.file(fd).stream()`, and the child reaped with
+ *   `waitpid(pid, WNOHANG)` once its stdout ended (retried on a timer while it has not exited). This is one simple
+ *   way to wait asynchronously, not the cheapest possible one.
  * - `posix_spawnp, blocking`: the same call one at a time, reaped with a blocking `waitpid` and read with a
  *   blocking `read`: the least CPU a spawn costs this process, with nothing asynchronous around it.
  *
@@ -20,7 +22,7 @@
  * own; `detached` takes Deno off `posix_spawn` onto fork and exec, denoland/deno#29573).
  *
  * Prints the CPU time of this process per command (user+sys; the commands' own CPU is not included) and
- * commands per second, as medians of interleaved rounds.
+ * commands per second, as medians of interleaved rounds (each round starts with the next case in turn).
  *
  * `bun bench/spawn_cost.ts`, `deno run -A bench/spawn_cost.ts` (BENCH_SPAWNS per round, default 1500;
  * BENCH_ROUNDS, default 5).
@@ -112,9 +114,8 @@ async function bunCases(): Promise<Array<[string, () => Promise<Sample>]>> {
     return { array, strings };
   };
   const argv = cArray(["echo", "hi"]);
-  const envp = cArray(Object.entries(env).map(([key, value]) => `${key}=${value}`));
   const devNull = cString("/dev/null");
-  // glibc's opaque structs, sized generously (x86_64: 80 and 336 bytes).
+  // glibc's opaque posix_spawnattr_t, sized generously (336 bytes on x86_64).
   const attr = new Uint8Array(512);
   libc.posix_spawnattr_init(ptr(attr));
   libc.posix_spawnattr_setflags(ptr(attr), POSIX_SPAWN_SETSID);
@@ -123,6 +124,8 @@ async function bunCases(): Promise<Array<[string, () => Promise<Sample>]>> {
   const start = (): { pid: number; stdout: number } => {
     const fds = new Int32Array(2);
     if (libc.pipe2(ptr(fds), O_CLOEXEC) !== 0) throw new Error("pipe2 failed");
+    const envp = cArray(Object.entries(env).map(([key, value]) => `${key}=${value}`));
+    // glibc's opaque posix_spawn_file_actions_t, sized generously (80 bytes on x86_64).
     const actions = new Uint8Array(256);
     const pid = new Int32Array(1);
     libc.posix_spawn_file_actions_init(ptr(actions));
@@ -152,7 +155,7 @@ async function bunCases(): Promise<Array<[string, () => Promise<Sample>]>> {
     for (let attempt = 0;; attempt++) {
       const got = libc.waitpid(pid, ptr(status), WNOHANG);
       if (got === pid) return;
-      if (got !== 0) throw new Error(`waitpid(${pid}) returned ${got}: its exit status was taken by another reaper`);
+      if (got !== 0) throw new Error(`waitpid(${pid}) returned ${got} (was its exit status taken by another reaper?)`);
       await Bun.sleep(attempt < 2 ? 0 : 1);
     }
   };
@@ -171,7 +174,7 @@ async function bunCases(): Promise<Array<[string, () => Promise<Sample>]>> {
   const status = new Int32Array(1);
   const ffiBlocking: Run = () => {
     const { pid, stdout } = start();
-    libc.waitpid(pid, ptr(status), 0);
+    if (libc.waitpid(pid, ptr(status), 0) !== pid) throw new Error(`waitpid(${pid}) failed`);
     const length = Number(libc.read(stdout, ptr(readBuffer), readBuffer.byteLength));
     libc.close(stdout);
     return Promise.resolve(new TextDecoder().decode(readBuffer.subarray(0, Math.max(0, length))));
@@ -239,7 +242,10 @@ const targetsBefore = new Set(openTargets());
 const cases = HOST === "bun" ? await bunCases() : denoCases();
 const samples = new Map<string, Sample[]>(cases.map(([name]) => [name, []]));
 for (let round = 0; round < ROUNDS; round++) {
-  for (const [name, run] of cases) samples.get(name)!.push(await run());
+  for (let i = 0; i < cases.length; i++) {
+    const [name, run] = cases[(round + i) % cases.length];
+    samples.get(name)!.push(await run());
+  }
   console.error(`round ${round + 1}/${ROUNDS}`);
 }
 // Pipes are what the cases open; a runtime may dup one it already had (stderr, once written to), and opens
