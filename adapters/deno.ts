@@ -227,9 +227,10 @@ export const denoAdapter: Adapter = {
       stderr: request.stderr,
       uid: request.uid,
       gid: request.gid,
-      // A session of its own costs Deno its posix_spawn fast path: it forks, at about 20 times the CPU per spawn
-      // (`deno run -A bench/spawn_cost.ts`), so only commands whose group is signalled get one: a timeout kills the group, and `detached` must
-      // outlive the worker. The others stay in the worker's own group, which `killOwnGroup` ends.
+      // A session of its own costs Deno its posix_spawn fast path: it forks, at about 20 times the CPU per
+      // spawn (`deno run -A bench/spawn_cost.ts`), so only commands whose group is signalled get one: a timeout
+      // kills the group, and `detached` must outlive the worker. The others stay in the worker's own group,
+      // which `killOwnGroup` ends.
       detached: ownGroup,
     }).spawn();
     const pumps: [undefined, StreamPump | undefined, StreamPump | undefined] = [undefined, undefined, undefined];

@@ -223,7 +223,6 @@ export class Execution implements RequestSink {
   #exitedDeferred: Deferred<ExitInfo> | undefined;
   /** Set when the child exited. */
   #exitInfo: ExitInfo | undefined;
-  #failure: { error: unknown } | undefined;
   #completed = new Deferred<Completion>();
   #outputs: [undefined, OutputSink | undefined, OutputSink | undefined] = [undefined, undefined, undefined];
   #stdin: WritableStream<Uint8Array> | undefined;
@@ -285,10 +284,13 @@ export class Execution implements RequestSink {
    * grandchild can hold a pipe); rejects with a {@linkcode SpawnError} or a pool error if that never comes.
    */
   get exited(): Promise<ExitInfo> {
+    // Done without an exit: it failed, and `completed` was rejected with the failure.
+    if (this.#exitedDeferred === undefined && this.#done && this.#exitInfo === undefined) {
+      return this.#completed.promise as Promise<never>;
+    }
     if (this.#exitedDeferred === undefined) {
       this.#exitedDeferred = new Deferred<ExitInfo>();
       if (this.#exitInfo !== undefined) this.#exitedDeferred.resolve(this.#exitInfo);
-      else if (this.#failure !== undefined) this.#exitedDeferred.reject(this.#failure.error);
     }
     return this.#exitedDeferred.promise;
   }
@@ -384,7 +386,6 @@ export class Execution implements RequestSink {
     this.#outputs[2]?.error(error);
     this.#assigned.reject(error);
     this.#spawned.reject(error);
-    this.#failure = { error };
     this.#exitedDeferred?.reject(error); // no effect once it exited
     this.#completed.reject(error);
     this.#events?.failed(error);

@@ -26,12 +26,11 @@ import {
 } from "../core/frame.ts";
 import { FrameWriter } from "../core/frame_writer.ts";
 
-/** Buffered output is sent ahead in stdout/stderr frames rather than let grow past this many bytes. */
-const FLUSH_BYTES = 1024 * 1024;
 /**
- * Output travels in pieces of at most this many bytes, whatever a runtime read at once: Bun can hand over
+ * Output travels in frames of at most this many bytes, whatever a runtime read at once: Bun can hand over
  * tens to hundreds of MB in one chunk under load (69-205 MB from `yes` on a busy worker), and one frame of
- * that would pass the host's frame limit and, streamed, its flow-control window.
+ * that would pass the host's frame limit and, streamed, its flow-control window. Buffered output is sent
+ * ahead rather than let grow past it.
  */
 const MAX_CHUNK_BYTES = 1024 * 1024;
 /** After exit, how long a piped stream may stay silent before it is released (a grandchild holds it). */
@@ -160,7 +159,6 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
    */
   const closeStream = (job: Job, fd: StreamFd, tell = !job.request.buffered): void => {
     job.open[fd] = false;
-    job.ended[fd] = false;
     job.held[fd] = [];
     job.paused[fd] = false;
     armGrace(job);
@@ -242,16 +240,19 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     // The host must hear "spawned" before any output or exit: events the adapter reports before its
     // spawn() promise settles wait here, until `job.child` is set.
     const early: Array<() => void> = [];
-    /** Collects a piece of buffered output of at most MAX_CHUNK_BYTES. */
-    const collect = (fd: StreamFd, piece: Uint8Array): void => {
-      job.totalBytes += piece.byteLength;
-      if (request.maxBuffer !== undefined && job.totalBytes > request.maxBuffer) {
-        stopFor(job, "maxBuffer", "SIGKILL");
-        return;
+    /** Collects buffered output in pieces of at most MAX_CHUNK_BYTES, flushed before they would pass it. */
+    const collect = (fd: StreamFd, chunk: Uint8Array): void => {
+      for (let offset = 0; offset < chunk.byteLength; offset += MAX_CHUNK_BYTES) {
+        const piece = chunk.byteLength <= MAX_CHUNK_BYTES ? chunk : chunk.subarray(offset, offset + MAX_CHUNK_BYTES);
+        job.totalBytes += piece.byteLength;
+        if (request.maxBuffer !== undefined && job.totalBytes > request.maxBuffer) {
+          stopFor(job, "maxBuffer", "SIGKILL");
+          return;
+        }
+        if (job.collectedBytes + piece.byteLength > MAX_CHUNK_BYTES) flushCollected(job);
+        job.collected[fd].push(piece);
+        job.collectedBytes += piece.byteLength;
       }
-      if (job.collectedBytes + piece.byteLength > FLUSH_BYTES) flushCollected(job);
-      job.collected[fd].push(piece);
-      job.collectedBytes += piece.byteLength;
     };
     const events: ChildEvents = {
       data(fd, chunk) {
@@ -259,12 +260,8 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
         if (!request.buffered) {
           job.held[fd].push(chunk);
           sendHeld(job, fd);
-        } else if (chunk.byteLength <= MAX_CHUNK_BYTES) {
-          collect(fd, chunk);
         } else {
-          for (let offset = 0; offset < chunk.byteLength; offset += MAX_CHUNK_BYTES) {
-            collect(fd, chunk.subarray(offset, offset + MAX_CHUNK_BYTES));
-          }
+          collect(fd, chunk);
         }
         if (job.exit) armGrace(job);
       },
