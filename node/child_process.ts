@@ -919,9 +919,7 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
     // about that moment too.
     let timer: ReturnType<typeof setTimeout> | undefined;
     if (timeout > 0) {
-      child.once("spawn", () => {
-        if (!exited) timer = setTimeout(stop, timeout, true);
-      });
+      child.once("spawn", () => (timer = setTimeout(stop, timeout, true)));
     }
     child.addListener("close", onExit);
     child.addListener("error", (e: ExecError) => {

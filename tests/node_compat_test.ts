@@ -818,6 +818,11 @@ const scenarios: Scenario[] = [
         'ERR_INVALID_ARG_TYPE: The "options.killSignal" property must be one of type string or number. ' +
           "Received an instance of Object",
       );
+      assert.equal(
+        r.killSignalBoolean,
+        'ERR_INVALID_ARG_TYPE: The "options.killSignal" property must be one of type string or number. ' +
+          "Received type boolean (true)",
+      );
     },
   },
 ];
@@ -915,6 +920,20 @@ describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
     } finally {
       process.kill(kept, "SIGKILL");
     }
+  });
+
+  it("execFile's timeout ends the command's process group, its children too", async () => {
+    // Node signals only the command; the pool signals its group, as its own `timeout` does, so a shell's
+    // background child does not outlive it. The child's pid is the first line of output.
+    const { stdout, error } = await new Promise<{ stdout: string; error: Error | null }>((resolve) => {
+      pooled.execFile("sh", ["-c", "sleep 30 & echo $!; wait"], { timeout: 300 }, (error, stdout) => {
+        resolve({ stdout: String(stdout), error });
+      });
+    });
+    const child = Number(stdout.split("\n")[0]);
+    assert.ok(child > 0, `the background child's pid: ${JSON.stringify(stdout)}`);
+    assert.equal((error as { killed?: boolean } | null)?.killed, true);
+    assert.deepEqual(await survivors([child]), [], "the background child was signalled with its parent");
   });
 
   it("'exit' comes when the command exits, before a grandchild lets go of stdout", async () => {
