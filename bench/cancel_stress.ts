@@ -3,7 +3,7 @@
  * chunk, cancel the reader and wait for the exit, for `CANCEL_SECONDS` (default 40), through one pool of
  * two workers. Prints the requests run and every failure by error code; exits 1 on any failure.
  *
- * This is the load under which a Bun worker read 69-205 MB from `yes` in one chunk and the host dropped it
+ * This is the load under which a Bun worker read 69-205 MB from `yes` in one chunk (seen with instrumentation not kept in the repo) and the host dropped it
  * for a frame over its 64 MB limit: before the fix, 3 of 12,103 requests failed with `ERR_PROTOCOL` under
  * `bun` (bench/results/2026-11-21-cancel-stress.md).
  * `bun bench/cancel_stress.ts`, `deno run -A bench/cancel_stress.ts`, `node bench/cancel_stress.ts`;

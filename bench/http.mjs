@@ -5,7 +5,7 @@
 // reference the issue's target names, measured in the same run.
 // Prints a table and writes bench/results/http.{json,md}. `node bench/http.mjs` (BENCH_HTTP_SECONDS, default 8).
 import { execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { bin, buildDist, root } from "../tools/setup.mjs";
@@ -140,18 +140,22 @@ async function measure(host, mode, path, workload) {
 }
 
 const results = [];
-const reference = goReference();
-// The reference runs natively only; every runtime natively and through the pool.
-for (const host of [...(reference ? [{ ...reference, reference: true }] : []), ...hosts]) {
-  for (const path of ["/echo", "/cat"]) {
-    const row = { label: host.label, workload: path === "/echo" ? "echo" : "cat 163 KB" };
-    if (host.reference) row.reference = true;
-    for (const mode of host.reference ? ["native"] : ["native", "pool"]) {
-      row[mode] = await measure(host, mode, path, row.workload);
+try {
+  const reference = goReference();
+  // The reference runs natively only; every runtime natively and through the pool.
+  for (const host of [...(reference ? [{ ...reference, reference: true }] : []), ...hosts]) {
+    for (const path of ["/echo", "/cat"]) {
+      const row = { label: host.label, workload: path === "/echo" ? "echo" : "cat 163 KB" };
+      if (host.reference) row.reference = true;
+      for (const mode of host.reference ? ["native"] : ["native", "pool"]) {
+        row[mode] = await measure(host, mode, path, row.workload);
+      }
+      if (!host.reference) row.ratio = Number((row.pool / row.native).toFixed(2));
+      results.push(row);
     }
-    if (!host.reference) row.ratio = Number((row.pool / row.native).toFixed(2));
-    results.push(row);
   }
+} finally {
+  rmSync(scratch, { recursive: true, force: true }); // the fixture and the Go server's binary
 }
 
 const machine = `${cpus().length} cores, ${cpus()[0]?.model ?? "unknown cpu"}, ${process.platform}`;

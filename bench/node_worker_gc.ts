@@ -4,13 +4,14 @@
 // collect on their own account). Each round prints spawns/s, the workers' CPU per spawn and their RssAnon;
 // the last line gives the medians over the rounds after the first two. Measures the npm build (`npm run build`).
 // `npm run build && node bench/node_worker_gc.ts` (BENCH_ROUNDS, default 8)
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import type { Pool as PoolType } from "../mod.ts";
 import { CAT_BYTES, median, writeCatFixture } from "./_fixture.mjs";
 import { loadSpawnpool, processCpu } from "./_spawners.ts";
+import { rssAnonBytes } from "../tests/_helpers.ts";
 
 const { Pool } = await loadSpawnpool();
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 8);
@@ -28,8 +29,7 @@ chmodSync(noGc, 0o755);
 
 /** CPU time of a worker in µs. */
 const cpuUs = (pid: number) => processCpu(pid)!.self;
-const rssAnonMB = (pid: number) =>
-  Number(/RssAnon:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024;
+const rssAnonMB = (pid: number) => rssAnonBytes(pid) / 2 ** 20;
 
 interface Round {
   perSec: number;

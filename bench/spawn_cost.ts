@@ -17,7 +17,7 @@
  * It first runs the FFI path and `Bun.spawn` side by side and checks that every FFI child's exit status
  * reached this script's `waitpid`: Bun reaps only the children it spawned itself.
  *
- * Under Deno, `Deno.Command(...).output()` at 30 in flight, as a Deno worker spawns most commands, and with
+ * Under Deno, `Deno.Command(...).spawn().output()` at 30 in flight, as a Deno worker spawns most commands, and with
  * `detached: true`, as it spawns commands that have a `timeout` or are `detached` (a process group of their
  * own; `detached` takes Deno off `posix_spawn` onto fork and exec, denoland/deno#29573).
  *
@@ -31,8 +31,9 @@
  */
 
 import process from "node:process";
-import { readdirSync, readlinkSync } from "node:fs";
+import { median } from "./_fixture.mjs";
 import { HOST } from "./_spawners.ts";
+import { openFds } from "../tests/_helpers.ts";
 
 const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 1500);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -226,18 +227,8 @@ function denoCases(): Array<[string, () => Promise<Sample>]> {
   ];
 }
 
-/** What this process's descriptors point at, to find any pipe the script left open. */
-function openTargets(): string[] {
-  return readdirSync("/proc/self/fd").flatMap((fd) => {
-    try {
-      return [readlinkSync(`/proc/self/fd/${fd}`)];
-    } catch {
-      return []; // the directory's own descriptor, closed by now
-    }
-  });
-}
-
 if (HOST === "node") throw new Error("run this under bun or deno (see its header)");
+const openTargets = () => openFds().map(([, target]) => target);
 const targetsBefore = new Set(openTargets());
 const cases = HOST === "bun" ? await bunCases() : denoCases();
 const samples = new Map<string, Sample[]>(cases.map(([name]) => [name, []]));
@@ -253,11 +244,6 @@ for (let round = 0; round < ROUNDS; round++) {
 const left = openTargets().filter((target) => target.startsWith("pipe:") && !targetsBefore.has(target));
 if (left.length > 0) throw new Error(`left open: ${left.join(", ")}`);
 
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-};
 const version = HOST === "bun" ? `bun ${Bun.version}` : `deno ${Deno.version.deno}`;
 console.log(`\n${version}, \`echo hi\`, ${SPAWNS} per round, medians of ${ROUNDS} interleaved rounds\n`);
 console.log("| how | CPU µs/spawn, this process | spawns/s |");
