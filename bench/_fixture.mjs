@@ -1,5 +1,6 @@
 /**
- * What every benchmark shares: the deterministic 163 KB file they `cat`, and the median they report.
+ * What every benchmark shares: the deterministic 163 KB file they `cat`, and the median and percentiles they
+ * report.
  * Plain JavaScript, so that the Node scripts under tools/ import it on any Node as well as Deno, Bun and
  * the TypeScript benchmarks.
  *
@@ -38,4 +39,14 @@ export function writeCatFixture(dir) {
  */
 export function median(xs) {
   return [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+}
+
+/**
+ * The `p` quantile (0 to 1) of `sorted`, an ascending list: the value at index ⌊length · p⌋, the last at most.
+ * @param {readonly number[]} sorted
+ * @param {number} p
+ * @returns {number}
+ */
+export function percentile(sorted, p) {
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))];
 }

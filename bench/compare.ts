@@ -2,30 +2,39 @@
  * Native spawning against the pool, under whichever runtime runs this file: `echo hi` and `cat` of a
  * deterministic 163 KB file, at 1 and 30 in flight. Every output is checked byte for byte. For each case
  * it measures spawns/s, latency p50/p99, host CPU time per spawn (user+sys of this process, all threads)
- * and event-loop lag p99 (how late a 1 ms timer fires while the run goes on). On Linux it also splits the
- * CPU per spawn between this process, the workers and the commands, with how busy the machine was. Native and pool runs are
- * interleaved (the order alternates each round) and repeated; medians are reported, with the pool/native
- * ratio of the same run. Prints one JSON line.
+ * and event-loop lag p99 (how late a 1 ms timer fires while the run goes on), beside the lag p99 of an idle
+ * process in the same minutes (bench/_lag_probe.mjs: the lag the machine itself adds). On Linux it also splits
+ * the CPU per spawn between this process, the workers and the commands, with how busy the machine was. Native
+ * and pool runs are interleaved (the order alternates each round) and repeated; medians are reported, with the
+ * pool/native ratio of the same run. Prints one JSON line.
  *
  * Run under any runtime: `deno run -A bench/compare.ts`, `bun bench/compare.ts`,
  * `node bench/compare.ts`. Options (env): BENCH_SPAWNS (spawns per measurement at 30 in flight,
- * default 300; a third of it at 1 in flight), BENCH_ROUNDS (3), BENCH_WORKERS (worker runtime, default
- * the host's), BENCH_API (`node`: the pool is called through the `./node` drop-in's `execFile`).
+ * default 300 on Deno and Bun and 150 on Node, and as many in each warm-up; a third of it at 1 in flight), BENCH_ROUNDS (3), BENCH_WORKERS (worker runtime, default
+ * the host's), BENCH_SIZE (worker processes, default the pool's), BENCH_API (`node`: the pool is called
+ * through the `./node` drop-in's `execFile`).
  */
 
 import { Buffer } from "node:buffer";
+import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import type { RuntimeName } from "../mod.ts";
-import { catFixtureBytes, median, writeCatFixture } from "./_fixture.mjs";
+import { catFixtureBytes, median, percentile, writeCatFixture } from "./_fixture.mjs";
 import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput, processCpu } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
-const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 300);
+/**
+ * Node spawns natively at 100 to 300 a second here, against 700 to 1,000 for Deno and Bun: 150 spawns still make
+ * its native measurements the longest (0.5 to 1.5 s), and keep `npm start` to about a minute.
+ */
+const SPAWNS = Number(process.env.BENCH_SPAWNS ?? (HOST === "node" ? 150 : 300));
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const WORKERS = (process.env.BENCH_WORKERS ?? HOST) as RuntimeName;
+/** Worker processes; the pool's default when unset. */
+const SIZE = process.env.BENCH_SIZE === undefined ? undefined : Number(process.env.BENCH_SIZE);
 /** How the pool is called: `output()` of its `Deno.Command` shape, or `execFile` of the `./node` drop-in. */
 const API = process.env.BENCH_API === "node" ? "node" : "command";
 
@@ -49,7 +58,7 @@ type Spawner = (w: Workload) => Promise<Uint8Array>;
 
 const native: Spawner = (w) => nativeOutput(w.cmd, w.args);
 
-const pool = new Pool({ runtime: WORKERS });
+const pool = new Pool({ runtime: WORKERS, size: SIZE });
 const pooled: Spawner = API === "node"
   ? await (async () => {
     const cp = (await loadSpawnpoolNode()).childProcessFor(pool);
@@ -63,8 +72,6 @@ const pooled: Spawner = API === "node"
       });
   })()
   : (w) => pool.command(w.cmd, { args: w.args, stderr: "null" }).output().then((o) => o.stdout);
-
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))];
 
 /** Samples how late a 1 ms timer fires until stopped. */
 function lagSampler(): () => number[] {
@@ -84,6 +91,39 @@ function lagSampler(): () => number[] {
     return lateness;
   };
 }
+
+/**
+ * Starts bench/_lag_probe.mjs under this runtime; resolves once its timer runs. `p99s` hands it the time
+ * windows and resolves with the idle process's lag p99 in each.
+ */
+async function startLagProbe(): Promise<{ p99s(windows: Array<[number, number]>): Promise<Array<number | null>> }> {
+  const script = new URL("./_lag_probe.mjs", import.meta.url).pathname;
+  const args = HOST === "deno" ? ["run", "--quiet", "--no-config", script] : [script];
+  const probe = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
+  let output = "";
+  probe.stdout!.setEncoding("utf8");
+  const exited = new Promise<void>((resolve, reject) => {
+    probe.on("error", reject);
+    probe.on("close", (code) => code === 0 ? resolve() : reject(new Error(`the lag probe exited with ${code}`)));
+  });
+  await new Promise<void>((resolve, reject) => {
+    probe.stdout!.on("data", (text: string) => {
+      output += text;
+      if (output.startsWith("ready\n")) resolve();
+    });
+    exited.then(() => reject(new Error("the lag probe exited before it was ready")), reject);
+  });
+  return {
+    async p99s(windows) {
+      probe.stdin!.end(`${JSON.stringify(windows)}\n`);
+      await exited;
+      return JSON.parse(output.slice("ready\n".length));
+    },
+  };
+}
+
+/** Now, in ms since the epoch (the lag probe's clock). */
+const epochNow = () => performance.timeOrigin + performance.now();
 
 /** Busy and total CPU time of the whole machine in µs, from /proc/stat (Linux). */
 function machineCpu(): { busy: number; total: number } | null {
@@ -135,12 +175,15 @@ interface Measurement {
   p99: number;
   cpuUsPerSpawn: number;
   lagP99: number;
+  /** The idle process's lag p99 while this ran; filled in once every measurement has run. */
+  idleLagP99: number | null;
   cpu: CpuSplit | null;
+  /** When it ran, in ms since the epoch. */
+  window: [number, number];
 }
 
-async function measure(spawner: Spawner, w: Workload, inFlight: number): Promise<Measurement> {
+async function measure(spawner: Spawner, w: Workload, inFlight: number, total: number): Promise<Measurement> {
   const workerPids = spawner === pooled ? pool.stats().workers.map((worker) => worker.pid) : [];
-  const total = inFlight === 1 ? Math.max(10, Math.round(SPAWNS / 3)) : SPAWNS;
   const latencies: number[] = [];
   let next = 0;
   const lane = async () => {
@@ -156,6 +199,7 @@ async function measure(spawner: Spawner, w: Workload, inFlight: number): Promise
   const stopLag = lagSampler();
   const split = cpuSnapshot(workerPids);
   const cpu = process.cpuUsage();
+  const from = epochNow();
   const start = performance.now();
   await Promise.all(Array.from({ length: inFlight }, lane));
   const elapsed = performance.now() - start;
@@ -169,18 +213,22 @@ async function measure(spawner: Spawner, w: Workload, inFlight: number): Promise
     p99: percentile(latencies, 0.99),
     cpuUsPerSpawn: (used.user + used.system) / total,
     lagP99: lag.length ? percentile(lag, 0.99) : 0,
+    idleLagP99: null,
     cpu: cpuSplit(split, splitAfter, total),
+    window: [from, epochNow()],
   };
 }
 
-function summarize(runs: Measurement[]): Measurement {
+function summarize(runs: Measurement[]): Omit<Measurement, "window"> {
   const pick = (key: "p50" | "p99" | "lagP99") => Number(median(runs.map((r) => r[key])).toFixed(2));
+  const idle = runs.flatMap((r) => r.idleLagP99 ?? []);
   return {
     perSec: Math.round(median(runs.map((r) => r.perSec))),
     p50: pick("p50"),
     p99: pick("p99"),
     cpuUsPerSpawn: Math.round(median(runs.map((r) => r.cpuUsPerSpawn))),
     lagP99: pick("lagP99"),
+    idleLagP99: idle.length > 0 ? median(idle) : null,
     cpu: runs.every((r) => r.cpu !== null)
       ? {
         hostUs: median(runs.map((r) => r.cpu!.hostUs)),
@@ -192,37 +240,48 @@ function summarize(runs: Measurement[]): Measurement {
   };
 }
 
+/** Spawns per measurement at 1 in flight. */
+const FEW = Math.max(10, Math.round(SPAWNS / 3));
+const probe = await startLagProbe();
 await pool.ready();
 for (const w of WORKLOADS) {
   // Warm-up: both paths once per workload, results discarded.
-  await measure(pooled, w, 30);
-  await measure(native, w, 30);
+  await measure(pooled, w, 30, SPAWNS);
+  await measure(native, w, 30, SPAWNS);
 }
-const cases = [];
+const measured = [];
 for (const w of WORKLOADS) {
   for (const inFlight of CONCURRENCY) {
     const runs = { native: [] as Measurement[], pool: [] as Measurement[] };
     for (let round = 0; round < ROUNDS; round++) {
       const order = round % 2 === 0 ? (["native", "pool"] as const) : (["pool", "native"] as const);
-      for (const which of order) runs[which].push(await measure(which === "native" ? native : pooled, w, inFlight));
+      const total = inFlight === 1 ? FEW : SPAWNS;
+      for (const which of order) {
+        runs[which].push(await measure(which === "native" ? native : pooled, w, inFlight, total));
+      }
       process.stderr.write(".");
     }
-    const n = summarize(runs.native);
-    const p = summarize(runs.pool);
-    cases.push({
-      workload: w.name,
-      inFlight,
-      native: n,
-      pool: p,
-      ratio: Number((p.perSec / n.perSec).toFixed(2)),
-      rounds: {
-        native: runs.native.map((r) => Math.round(r.perSec)),
-        pool: runs.pool.map((r) => Math.round(r.perSec)),
-      },
-    });
+    measured.push({ workload: w.name, inFlight, runs });
   }
 }
 process.stderr.write("\n");
+const all = measured.flatMap(({ runs }) => [...runs.native, ...runs.pool]);
+(await probe.p99s(all.map((m) => m.window))).forEach((p99, i) => (all[i].idleLagP99 = p99));
+const cases = measured.map(({ workload, inFlight, runs }) => {
+  const n = summarize(runs.native);
+  const p = summarize(runs.pool);
+  return {
+    workload,
+    inFlight,
+    native: n,
+    pool: p,
+    ratio: Number((p.perSec / n.perSec).toFixed(2)),
+    rounds: {
+      native: runs.native.map((r) => Math.round(r.perSec)),
+      pool: runs.pool.map((r) => Math.round(r.perSec)),
+    },
+  };
+});
 await pool.close();
 rmSync(scratch, { recursive: true, force: true });
 console.log(JSON.stringify({

@@ -1,5 +1,6 @@
-// `npm start`: the main job. Runs bench/compare.ts on every runtime (and a Node host with Bun workers),
-// prints one table of native vs pooled spawning, and writes bench/results/latest.{json,md}.
+// `npm start`: the main job. Runs bench/compare.ts on every runtime, on a Node host with Bun workers, and
+// through the `./node` drop-in's execFile; prints one table of native vs pooled spawning, and writes
+// bench/results/latest.{json,md}.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
@@ -40,16 +41,18 @@ function runOne(run) {
 }
 
 const started = performance.now();
+const seconds = (since) => Math.round((performance.now() - since) / 1000);
 const results = [];
 for (const run of runs) {
   process.stdout.write(`${run.label} `);
+  const runStarted = performance.now();
   try {
     results.push(await runOne(run));
   } catch (error) {
     console.log(`\n${error.message}`);
     process.exit(1);
   }
-  console.log(" done");
+  console.log(` done (${seconds(runStarted)} s)`);
 }
 
 /**
@@ -89,14 +92,16 @@ console.log(ceiling ? " done" : " skipped: no C compiler (cc)");
 const pair = (n, p, digits = 0) => `${n.toFixed(digits)} / ${p.toFixed(digits)}`;
 const header = [
   "| host (workers) | workload | in flight | native/s | pool/s | pool / native | p50 ms native / pool | " +
-  "p99 ms native / pool | host CPU µs/spawn native / pool | loop lag p99 ms native / pool |",
-  "|---|---|---|---|---|---|---|---|---|---|",
+  "p99 ms native / pool | host CPU µs/spawn native / pool | loop lag p99 ms native / pool | " +
+  "idle process's lag p99 ms native / pool |",
+  "|---|---|---|---|---|---|---|---|---|---|---|",
 ];
 const rows = results.flatMap((r) =>
   r.cases.map((c) =>
     `| ${r.label} | ${c.workload} | ${c.inFlight} | ${c.native.perSec} | ${c.pool.perSec} | ${c.ratio.toFixed(2)}x | ` +
     `${pair(c.native.p50, c.pool.p50, 1)} | ${pair(c.native.p99, c.pool.p99, 1)} | ` +
-    `${pair(c.native.cpuUsPerSpawn, c.pool.cpuUsPerSpawn)} | ${pair(c.native.lagP99, c.pool.lagP99, 1)} |`
+    `${pair(c.native.cpuUsPerSpawn, c.pool.cpuUsPerSpawn)} | ${pair(c.native.lagP99, c.pool.lagP99, 1)} | ` +
+    `${pair(c.native.idleLagP99 ?? NaN, c.pool.idleLagP99 ?? NaN, 1)} |`
   )
 );
 // Where the CPU goes at 30 in flight (Linux): with every core busy, the pool can only win what native
@@ -133,10 +138,16 @@ const hosts = [
   ...results.map((r) => `| ${r.label} | ${r.version} | ${r.hostRssMB} |`),
 ];
 const machine = `${cpus().length} cores, ${cpus()[0]?.model ?? "unknown cpu"}, ${process.platform}`;
+const hostsBySpawns = new Map();
+for (const r of results) hostsBySpawns.set(r.spawns, new Set([...(hostsBySpawns.get(r.spawns) ?? []), r.host]));
+const spawnCounts = [...hostsBySpawns].map(([spawns, hosts]) => `${spawns} on ${[...hosts].join(" and ")}`).join(", ");
 const versions = [...new Set(results.map((r) => `${r.host} ${r.version}`))].join(", ");
 const table = [
-  `Medians of ${results[0].rounds} interleaved rounds (${results[0].spawns} spawns per measurement at 30 in flight, ` +
-  `a third of that at 1); ${machine}; ${versions}. Pool = same-runtime workers unless stated.`,
+  `Medians of ${
+    results[0].rounds
+  } interleaved rounds (spawns per measurement at 30 in flight: ${spawnCounts}; a third ` +
+  `of that at 1); ${machine}; ${versions}. Pool = same-runtime workers unless stated. The idle ` +
+  "process's lag is that of a process that only runs a 1 ms timer, in the same minutes: what the machine adds.",
   "",
   ...header,
   ...rows,
@@ -150,5 +161,5 @@ mkdirSync(join(root, "bench", "results"), { recursive: true });
 writeFileSync(join(root, "bench", "results", "latest.json"), JSON.stringify({ machine, results, ceiling }, null, 2));
 writeFileSync(join(root, "bench", "results", "latest.md"), `${table}\n`);
 console.log(
-  `Wrote bench/results/latest.json and bench/results/latest.md (${Math.round((performance.now() - started) / 1000)} s)`,
+  `Wrote bench/results/latest.json and bench/results/latest.md (${seconds(started)} s)`,
 );
