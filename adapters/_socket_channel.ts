@@ -7,10 +7,7 @@
  */
 
 import type { OnReadOpts, Socket } from "node:net";
-import type { ByteChannel, ChannelReceiver } from "../core/adapter.ts";
-
-/** The read buffer of a lending channel: more than a unix socket delivers in one read (about 208 KiB). */
-export const LENDING_READ_BYTES: number = 256 * 1024;
+import { type ByteChannel, type ChannelReceiver, LENDING_READ_BYTES } from "../core/adapter.ts";
 
 /** Everything but reading: writes are corked into one vectored write. */
 function socketChannelOf(socket: Socket, start: (receiver: ChannelReceiver) => void, lendsChunks: boolean) {

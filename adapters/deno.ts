@@ -6,11 +6,10 @@
  */
 
 import process from "node:process";
-import { type Adapter, type ByteChannel, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
+import { type Adapter, type ByteChannel, LENDING_READ_BYTES, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
-import { LENDING_READ_BYTES } from "./_socket_channel.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
   handshake,

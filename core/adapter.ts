@@ -40,6 +40,9 @@ export interface ByteChannel {
   unref(): void;
 }
 
+/** The read buffer of a lending channel: more than a unix socket delivers in one read (about 208 KiB). */
+export const LENDING_READ_BYTES: number = 256 * 1024;
+
 /** How a host should start a worker process. */
 export interface WorkerLaunch {
   /** The worker's runtime. */
