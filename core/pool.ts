@@ -147,7 +147,7 @@ export class PoolCore implements Scheduler {
   /** @internal Schedules an execution: to the least busy ready worker, or the queue. */
   submit(execution: Execution): void {
     if (this.#closed) {
-      execution.reject(new SpawnPoolError("ERR_POOL_CLOSED", "Pool is closed", { command: execution.request.cmd }));
+      execution.reject(poolClosed(execution.request.cmd));
       return;
     }
     this.#fill();
@@ -230,7 +230,7 @@ export class PoolCore implements Scheduler {
   }
 
   #assertOpen(): void {
-    if (this.#closed) throw new SpawnPoolError("ERR_POOL_CLOSED", "Pool is closed");
+    if (this.#closed) throw poolClosed();
   }
 
   #pick(): WorkerHandle | undefined {
@@ -341,6 +341,7 @@ export class PoolCore implements Scheduler {
   }
 }
 
-function poolClosed(): SpawnPoolError {
-  return new SpawnPoolError("ERR_POOL_CLOSED", "Pool was closed");
+/** `ERR_POOL_CLOSED`, for whatever a closed pool refuses or ends; with the command when there is one. */
+function poolClosed(command?: string): SpawnPoolError {
+  return new SpawnPoolError("ERR_POOL_CLOSED", "Pool is closed", { command });
 }
