@@ -22,41 +22,43 @@ function which(name) {
   }
 }
 
-/** The installed load generator: how to run it for `seconds` against `url`, and how to read req/s from it. */
+/** The load generators, by preference: how to run one for `seconds` against `url`, and how to read req/s from it. */
+const GENERATORS = [
+  {
+    name: "wrk",
+    args: (url, seconds) => ["-t2", `-c${CONNECTIONS}`, `-d${seconds}s`, url],
+    rate: (out) => Number(/Requests\/sec:\s*([\d.]+)/.exec(out)?.[1]),
+    // Failed responses and socket errors (connect, read, write, timeout) alike.
+    errors: (out) =>
+      Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0) +
+      (/Socket errors: (.*)/.exec(out)?.[1].match(/\d+/g) ?? []).reduce((n, count) => n + Number(count), 0),
+  },
+  {
+    name: "oha",
+    args: (url, seconds) => ["--no-tui", "-c", `${CONNECTIONS}`, "-z", `${seconds}s`, "--json", url],
+    rate: (out) => JSON.parse(out).summary.requestsPerSec,
+    errors: (out) => {
+      const summary = JSON.parse(out);
+      const failed = Object.entries(summary.statusCodeDistribution ?? {}).filter(([code]) => code !== "200");
+      return [...failed, ...Object.entries(summary.errorDistribution ?? {})].reduce((n, [, count]) => n + count, 0);
+    },
+  },
+  {
+    name: "bombardier",
+    args: (url, seconds) => ["-c", `${CONNECTIONS}`, "-d", `${seconds}s`, "-p", "r", "-o", "json", url],
+    rate: (out) => JSON.parse(out).result.rps.mean,
+    errors: (out) => {
+      const r = JSON.parse(out).result;
+      return r.req1xx + r.req3xx + r.req4xx + r.req5xx + r.others;
+    },
+  },
+];
+
+/** The first installed load generator, with its `path` looked up once here (not for each load). */
 function loadGenerator() {
-  if (which("wrk")) {
-    return {
-      name: "wrk",
-      args: (url, seconds) => ["-t2", `-c${CONNECTIONS}`, `-d${seconds}s`, url],
-      rate: (out) => Number(/Requests\/sec:\s*([\d.]+)/.exec(out)?.[1]),
-      // Failed responses and socket errors (connect, read, write, timeout) alike.
-      errors: (out) =>
-        Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0) +
-        (/Socket errors: (.*)/.exec(out)?.[1].match(/\d+/g) ?? []).reduce((n, count) => n + Number(count), 0),
-    };
-  }
-  if (which("oha")) {
-    return {
-      name: "oha",
-      args: (url, seconds) => ["--no-tui", "-c", `${CONNECTIONS}`, "-z", `${seconds}s`, "--json", url],
-      rate: (out) => JSON.parse(out).summary.requestsPerSec,
-      errors: (out) => {
-        const summary = JSON.parse(out);
-        const failed = Object.entries(summary.statusCodeDistribution ?? {}).filter(([code]) => code !== "200");
-        return [...failed, ...Object.entries(summary.errorDistribution ?? {})].reduce((n, [, count]) => n + count, 0);
-      },
-    };
-  }
-  if (which("bombardier")) {
-    return {
-      name: "bombardier",
-      args: (url, seconds) => ["-c", `${CONNECTIONS}`, "-d", `${seconds}s`, "-p", "r", "-o", "json", url],
-      rate: (out) => JSON.parse(out).result.rps.mean,
-      errors: (out) => {
-        const r = JSON.parse(out).result;
-        return r.req1xx + r.req3xx + r.req4xx + r.req5xx + r.others;
-      },
-    };
+  for (const candidate of GENERATORS) {
+    const path = which(candidate.name);
+    if (path !== undefined) return { ...candidate, path };
   }
   return undefined;
 }
@@ -102,11 +104,14 @@ function startServer(host, mode) {
 }
 
 function load(url, seconds) {
-  const out = execFileSync(which(generator.name), generator.args(url, seconds), { encoding: "utf8" });
+  const out = execFileSync(generator.path, generator.args(url, seconds), { encoding: "utf8" });
   return { rate: generator.rate(out), errors: generator.errors(out) };
 }
 
-/** The Go reference server, built into the scratch directory, or undefined without a Go toolchain. */
+/**
+ * The Go reference server, built into the scratch directory, as a host marked `reference: true` (it runs natively
+ * only); undefined without a Go toolchain.
+ */
 function goReference() {
   const go = which("go");
   if (go === undefined) return undefined;
@@ -120,7 +125,7 @@ function goReference() {
     return undefined;
   }
   const version = execFileSync(go, ["version"], { encoding: "utf8" }).trim().split(" ")[2];
-  return { label: `Go (${version.replace(/^go/, "")}, os/exec), reference`, exe, args: [] };
+  return { label: `Go (${version.replace(/^go/, "")}, os/exec), reference`, exe, args: [], reference: true };
 }
 
 /** Loads one server on one path for SECONDS after a 2 s warm-up; returns req/s. */
@@ -143,7 +148,7 @@ const results = [];
 try {
   const reference = goReference();
   // The reference runs natively only; every runtime natively and through the pool.
-  for (const host of [...(reference ? [{ ...reference, reference: true }] : []), ...hosts]) {
+  for (const host of [...(reference ? [reference] : []), ...hosts]) {
     for (const path of ["/echo", "/cat"]) {
       const row = { label: host.label, workload: path === "/echo" ? "echo" : "cat 163 KB" };
       if (host.reference) row.reference = true;
