@@ -2,8 +2,10 @@
 // Two pools of Node workers `cat` a 163 KB file, 300 times at 30 in flight per round, rounds alternating
 // between them: the workers as shipped, and the same workers started without `--expose-gc` (so they never
 // collect on their own account). Each round prints spawns/s, the workers' CPU per spawn and their RssAnon;
-// the last line gives the medians over the rounds after the first two. Measures the npm build (`npm run build`).
-// `npm run build && node bench/node_worker_gc.ts` (BENCH_ROUNDS, default 8)
+// the last lines give the medians over the rounds after the first two (a warm-up). Measures the npm build
+// (`npm run build`). `npm run build && node bench/node_worker_gc.ts` (BENCH_ROUNDS: an integer, at least 3 so that
+// a round is left past the warm-up; default 9, so 7 rounds, an odd count, give each median; for an even count the
+// median is the upper of the middle two)
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,8 +15,13 @@ import { CAT_BYTES, median, writeCatFixture } from "./_fixture.mjs";
 import { loadSpawnpool, processCpu } from "./_spawners.ts";
 import { rssAnonBytes } from "../tests/_helpers.ts";
 
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
+if (!Number.isInteger(ROUNDS) || ROUNDS < 3) {
+  const given = JSON.stringify(process.env.BENCH_ROUNDS);
+  console.error(`BENCH_ROUNDS must be an integer of at least 3 (rounds 1 and 2 are a warm-up), not ${given}`);
+  process.exit(2);
+}
 const { Pool } = await loadSpawnpool();
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 8);
 const SPAWNS = 300;
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-gc-"));
