@@ -5,14 +5,17 @@
  * and event-loop lag p99 (how late a 1 ms timer fires while the run goes on), beside the lag p99 of an idle
  * process in the same minutes (bench/_lag_probe.mjs: the lag the machine itself adds). On Linux it also splits
  * the CPU per spawn between this process, the workers and the commands, with how busy the machine was. Native
- * and pool runs are interleaved (the order alternates each round) and repeated; medians are reported, with the
- * pool/native ratio of the same run. Prints one JSON line.
+ * and pooled runs are interleaved (the order rotates each round) and repeated; medians are reported, with the
+ * pool/native ratio of the same run. One run can compare several ways of pooling with the same native
+ * measurements (BENCH_POOLS). Prints one JSON line.
  *
- * Run under any runtime: `deno run -A bench/compare.ts`, `bun bench/compare.ts`,
- * `node bench/compare.ts`. Options (env): BENCH_SPAWNS (spawns per measurement at 30 in flight,
- * default 300 on Deno and Bun and 150 on Node, and as many in each warm-up; a third of it at 1 in flight), BENCH_ROUNDS (3), BENCH_WORKERS (worker runtime, default
- * the host's), BENCH_SIZE (worker processes, default the pool's), BENCH_API (`node`: the pool is called
- * through the `./node` drop-in's `execFile`).
+ * Run under any runtime: `deno run -A bench/compare.ts`, `bun bench/compare.ts`, `node bench/compare.ts`.
+ * Options (env): BENCH_SPAWNS (spawns per measurement at 30 in flight, default 300; a third of it at 1 in flight
+ * and in each path's warm-up), BENCH_ROUNDS (3), BENCH_WORKERS (the workers' runtime, default the host's), BENCH_POOLS
+ * (the pooled paths, comma-separated, default BENCH_WORKERS: each is a worker runtime, called through the
+ * `Deno.Command` shape's `output()`, or a runtime and `:execFile`, called through the `./node` drop-in's
+ * `execFile`; paths with the same runtime share one pool), BENCH_SIZE (worker processes per pool, default the
+ * pool's).
  */
 
 import { Buffer } from "node:buffer";
@@ -26,17 +29,19 @@ import { catFixtureBytes, median, percentile, writeCatFixture } from "./_fixture
 import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput, processCpu } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
-/**
- * Node spawns natively at 100 to 300 a second here, against 700 to 1,000 for Deno and Bun: 150 spawns still make
- * its native measurements the longest (0.5 to 1.5 s), and keep `npm start` to about a minute.
- */
-const SPAWNS = Number(process.env.BENCH_SPAWNS ?? (HOST === "node" ? 150 : 300));
+const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 300);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const WORKERS = (process.env.BENCH_WORKERS ?? HOST) as RuntimeName;
-/** Worker processes; the pool's default when unset. */
+/** Worker processes per pool; the pool's default when unset. */
 const SIZE = process.env.BENCH_SIZE === undefined ? undefined : Number(process.env.BENCH_SIZE);
-/** How the pool is called: `output()` of its `Deno.Command` shape, or `execFile` of the `./node` drop-in. */
-const API = process.env.BENCH_API === "node" ? "node" : "command";
+const RUNTIMES: readonly string[] = ["deno", "bun", "node"];
+/** The pooled paths: a worker runtime each, and how the pool is called. */
+const PATHS = (process.env.BENCH_POOLS ?? process.env.BENCH_WORKERS ?? HOST).split(",").map((item) => {
+  const [workers, api = "output", ...rest] = item.trim().split(":");
+  if (!RUNTIMES.includes(workers) || (api !== "output" && api !== "execFile") || rest.length > 0) {
+    throw new Error(`BENCH_POOLS: "${item}" is not a runtime (deno, bun, node), optionally followed by ":execFile"`);
+  }
+  return { workers: workers as RuntimeName, api: api as "output" | "execFile" };
+});
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-bench-"));
 const catFile = writeCatFixture(scratch);
@@ -58,20 +63,34 @@ type Spawner = (w: Workload) => Promise<Uint8Array>;
 
 const native: Spawner = (w) => nativeOutput(w.cmd, w.args);
 
-const pool = new Pool({ runtime: WORKERS, size: SIZE });
-const pooled: Spawner = API === "node"
-  ? await (async () => {
-    const cp = (await loadSpawnpoolNode()).childProcessFor(pool);
-    // As a program that switched its import runs it: Buffers, no limit on the output.
-    return (w: Workload) =>
-      new Promise<Uint8Array>((resolve, reject) => {
-        cp.execFile(w.cmd, w.args, { encoding: "buffer", maxBuffer: Infinity }, (error, stdout) => {
-          if (error) reject(error);
-          else resolve(stdout as Uint8Array);
-        });
+type SpawnPool = InstanceType<typeof Pool>;
+const pools = new Map<RuntimeName, SpawnPool>();
+for (const { workers } of PATHS) {
+  if (!pools.has(workers)) pools.set(workers, new Pool({ runtime: workers, size: SIZE }));
+}
+
+/** Runs a workload through `pool`: `output()` of its `Deno.Command` shape, or `execFile` of the `./node` drop-in. */
+async function pooledSpawner(pool: SpawnPool, api: "output" | "execFile"): Promise<Spawner> {
+  if (api === "output") {
+    return (w) => pool.command(w.cmd, { args: w.args, stderr: "null" }).output().then((o) => o.stdout);
+  }
+  const cp = (await loadSpawnpoolNode()).childProcessFor(pool);
+  // As a program that switched its import runs it: Buffers, no limit on the output.
+  return (w) =>
+    new Promise<Uint8Array>((resolve, reject) => {
+      cp.execFile(w.cmd, w.args, { encoding: "buffer", maxBuffer: Infinity }, (error, stdout) => {
+        if (error) reject(error);
+        else resolve(stdout as Uint8Array);
       });
-  })()
-  : (w) => pool.command(w.cmd, { args: w.args, stderr: "null" }).output().then((o) => o.stdout);
+    });
+}
+
+/** What each round measures: native spawning first, then each pooled path. */
+const contenders: Array<{ name: string; spawner: Spawner; pool?: SpawnPool }> = [{ name: "native", spawner: native }];
+for (const { workers, api } of PATHS) {
+  const pool = pools.get(workers)!;
+  contenders.push({ name: `${workers}:${api}`, spawner: await pooledSpawner(pool, api), pool });
+}
 
 /** Samples how late a 1 ms timer fires until stopped. */
 function lagSampler(): () => number[] {
@@ -182,8 +201,13 @@ interface Measurement {
   window: [number, number];
 }
 
-async function measure(spawner: Spawner, w: Workload, inFlight: number, total: number): Promise<Measurement> {
-  const workerPids = spawner === pooled ? pool.stats().workers.map((worker) => worker.pid) : [];
+async function measure(
+  { spawner, pool }: { spawner: Spawner; pool?: SpawnPool },
+  w: Workload,
+  inFlight: number,
+  total: number,
+): Promise<Measurement> {
+  const workerPids = pool?.stats().workers.map((worker) => worker.pid) ?? [];
   const latencies: number[] = [];
   let next = 0;
   const lane = async () => {
@@ -240,24 +264,24 @@ function summarize(runs: Measurement[]): Omit<Measurement, "window"> {
   };
 }
 
-/** Spawns per measurement at 1 in flight. */
+/** Spawns per measurement at 1 in flight, and per warm-up. */
 const FEW = Math.max(10, Math.round(SPAWNS / 3));
 const probe = await startLagProbe();
-await pool.ready();
+await Promise.all([...pools.values()].map((pool) => pool.ready()));
 for (const w of WORKLOADS) {
-  // Warm-up: both paths once per workload, results discarded.
-  await measure(pooled, w, 30, SPAWNS);
-  await measure(native, w, 30, SPAWNS);
+  // Warm-up: every path once per workload, results discarded.
+  for (const contender of contenders) await measure(contender, w, 30, FEW);
 }
-const measured = [];
+const measured: Array<{ workload: string; inFlight: number; runs: Measurement[][] }> = [];
 for (const w of WORKLOADS) {
   for (const inFlight of CONCURRENCY) {
-    const runs = { native: [] as Measurement[], pool: [] as Measurement[] };
+    const runs = contenders.map(() => [] as Measurement[]);
+    const total = inFlight === 1 ? FEW : SPAWNS;
     for (let round = 0; round < ROUNDS; round++) {
-      const order = round % 2 === 0 ? (["native", "pool"] as const) : (["pool", "native"] as const);
-      const total = inFlight === 1 ? FEW : SPAWNS;
-      for (const which of order) {
-        runs[which].push(await measure(which === "native" ? native : pooled, w, inFlight, total));
+      // Each round starts with the next in turn (native and one pooled path: native first, then the pool first).
+      for (let i = 0; i < contenders.length; i++) {
+        const c = (round + i) % contenders.length;
+        runs[c].push(await measure(contenders[c], w, inFlight, total));
       }
       process.stderr.write(".");
     }
@@ -265,34 +289,36 @@ for (const w of WORKLOADS) {
   }
 }
 process.stderr.write("\n");
-const all = measured.flatMap(({ runs }) => [...runs.native, ...runs.pool]);
+const all = measured.flatMap(({ runs }) => runs.flat());
 (await probe.p99s(all.map((m) => m.window))).forEach((p99, i) => (all[i].idleLagP99 = p99));
-const cases = measured.map(({ workload, inFlight, runs }) => {
-  const n = summarize(runs.native);
-  const p = summarize(runs.pool);
-  return {
-    workload,
-    inFlight,
-    native: n,
-    pool: p,
-    ratio: Number((p.perSec / n.perSec).toFixed(2)),
-    rounds: {
-      native: runs.native.map((r) => Math.round(r.perSec)),
-      pool: runs.pool.map((r) => Math.round(r.perSec)),
-    },
-  };
-});
-await pool.close();
+const paths = PATHS.map(({ workers, api }, p) => ({
+  workers,
+  api,
+  cases: measured.map(({ workload, inFlight, runs }) => {
+    const n = summarize(runs[0]);
+    const pooled = summarize(runs[p + 1]);
+    return {
+      workload,
+      inFlight,
+      native: n,
+      pool: pooled,
+      ratio: Number((pooled.perSec / n.perSec).toFixed(2)),
+      rounds: {
+        native: runs[0].map((r) => Math.round(r.perSec)),
+        pool: runs[p + 1].map((r) => Math.round(r.perSec)),
+      },
+    };
+  }),
+}));
+for (const pool of pools.values()) await pool.close();
 rmSync(scratch, { recursive: true, force: true });
 console.log(JSON.stringify({
   host: HOST,
-  workers: WORKERS,
-  api: API,
   version: HOST === "deno" ? Deno.version.deno : HOST === "bun" ? Bun.version : process.versions.node,
   spawns: SPAWNS,
   rounds: ROUNDS,
   // Node's native spawn forks, so its cost grows with the host's memory (`node bench/node_spawn_rss.mjs` shows
   // how much); the host's RSS is part of the result.
   hostRssMB: Math.round(process.memoryUsage().rss / 2 ** 20),
-  cases,
+  paths,
 }));

@@ -1,6 +1,6 @@
-// `npm start`: the main job. Runs bench/compare.ts on every runtime, on a Node host with Bun workers, and
-// through the `./node` drop-in's execFile; prints one table of native vs pooled spawning, and writes
-// bench/results/latest.{json,md}.
+// `npm start`: the main job. Runs bench/compare.ts on every runtime; the Node run also pools on Bun workers and
+// through the `./node` drop-in's execFile, against the same native measurements. Prints one table of native vs
+// pooled spawning, and writes bench/results/latest.{json,md}.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
@@ -13,11 +13,16 @@ const script = "bench/compare.ts";
 const runs = [
   { label: "deno", cmd: "deno", args: ["run", "-A", "--quiet", script] },
   { label: "bun", cmd: "bun", args: [script] },
-  { label: "node", cmd: "node", args: [script] },
-  { label: "node host, bun workers", cmd: "node", args: [script], env: { BENCH_WORKERS: "bun" } },
-  // A Node program that changed its import line: `execFile` of `./node`, on the default pool (Node workers).
-  { label: "node, ./node execFile", cmd: "node", args: [script], env: { BENCH_API: "node" } },
+  // Node's native spawns are the slowest by far, so one Node run measures them once for three pooled paths: Node
+  // workers, Bun workers, and a Node program that changed its import line (`execFile` of `./node`, Node workers).
+  { label: "node (three pooled paths)", cmd: "node", args: [script], env: { BENCH_POOLS: "node,bun,node:execFile" } },
 ];
+
+/** A row group's name: the host, and how it pooled when that is not its own runtime's `output()`. */
+function pathLabel(host, { workers, api }) {
+  if (api === "execFile") return `${host}, ./node execFile`;
+  return workers === host ? host : `${host} host, ${workers} workers`;
+}
 
 /** Runs one benchmark process, showing its progress dots, and resolves with its JSON result. */
 function runOne(run) {
@@ -96,7 +101,9 @@ const header = [
   "idle process's lag p99 ms native / pool |",
   "|---|---|---|---|---|---|---|---|---|---|---|",
 ];
-const rows = results.flatMap((r) =>
+/** One group of rows per pooled path of each run. */
+const groups = results.flatMap((r) => r.paths.map((path) => ({ label: pathLabel(r.host, path), cases: path.cases })));
+const rows = groups.flatMap((r) =>
   r.cases.map((c) =>
     `| ${r.label} | ${c.workload} | ${c.inFlight} | ${c.native.perSec} | ${c.pool.perSec} | ${c.ratio.toFixed(2)}x | ` +
     `${pair(c.native.p50, c.pool.p50, 1)} | ${pair(c.native.p99, c.pool.p99, 1)} | ` +
@@ -110,7 +117,7 @@ const split = (cpu, workers) =>
   cpu
     ? `${cpu.hostUs}${workers ? ` / ${cpu.workersUs}` : ""} / ${cpu.commandsUs} | ${cpu.machineBusyPct}%`
     : "n/a | n/a";
-const cpuRows = results.flatMap((r) =>
+const cpuRows = groups.flatMap((r) =>
   r.cases.filter((c) => c.inFlight === 30).map((c) =>
     `| ${r.label} | ${c.workload} | ${split(c.native.cpu, false)} | ${split(c.pool.cpu, true)} |`
   )
@@ -133,21 +140,19 @@ const ceilingTable = ceiling === undefined ? [] : [
   ...ceiling.map((c) => `| ${c.workload} | ${c.perSec} | ${c.selfUs} / ${c.commandsUs} | ${c.allCoresPerSec} |`),
 ];
 const hosts = [
-  "| host (workers) | version | host RSS at the end, MB |",
-  "|---|---|---|",
-  ...results.map((r) => `| ${r.label} | ${r.version} | ${r.hostRssMB} |`),
+  "| host | version | rows | host RSS at the end, MB |",
+  "|---|---|---|---|",
+  ...results.map((r) =>
+    `| ${r.host} | ${r.version} | ${r.paths.map((path) => pathLabel(r.host, path)).join("; ")} | ${r.hostRssMB} |`
+  ),
 ];
 const machine = `${cpus().length} cores, ${cpus()[0]?.model ?? "unknown cpu"}, ${process.platform}`;
-const hostsBySpawns = new Map();
-for (const r of results) hostsBySpawns.set(r.spawns, new Set([...(hostsBySpawns.get(r.spawns) ?? []), r.host]));
-const spawnCounts = [...hostsBySpawns].map(([spawns, hosts]) => `${spawns} on ${[...hosts].join(" and ")}`).join(", ");
 const versions = [...new Set(results.map((r) => `${r.host} ${r.version}`))].join(", ");
 const table = [
-  `Medians of ${
-    results[0].rounds
-  } interleaved rounds (spawns per measurement at 30 in flight: ${spawnCounts}; a third ` +
-  `of that at 1); ${machine}; ${versions}. Pool = same-runtime workers unless stated. The idle ` +
-  "process's lag is that of a process that only runs a 1 ms timer, in the same minutes: what the machine adds.",
+  `Medians of ${results[0].rounds} interleaved rounds (${results[0].spawns} spawns per measurement at 30 in flight, ` +
+  `a third of that at 1 and in each warm-up); ${machine}; ${versions}. Pool = same-runtime workers unless stated; the Node rows share ` +
+  "their native measurements. The idle process's lag is that of a process that only runs a 1 ms timer, in the same " +
+  "minutes: what the machine adds.",
   "",
   ...header,
   ...rows,
