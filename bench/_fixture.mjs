@@ -1,6 +1,6 @@
 /**
- * What every benchmark shares: the deterministic 163 KB file they `cat`, and the median and percentiles they
- * report.
+ * What every benchmark shares: the deterministic 163 KB file they `cat`, the median and percentiles they report,
+ * and the loop-lag sampler.
  * Plain JavaScript, so that the Node scripts under tools/ import it on any Node as well as Deno, Bun and
  * the TypeScript benchmarks.
  *
@@ -49,4 +49,26 @@ export function median(xs) {
  */
 export function percentile(sorted, p) {
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))];
+}
+
+/** Now, in ms since the epoch: one clock for every process on the machine. */
+export const epochNow = () => performance.timeOrigin + performance.now();
+
+/**
+ * Runs a 1 ms timer until stopped and reports, for each firing, when it fired (ms since the epoch) and how many ms
+ * later than due.
+ * @param {(at: number, late: number) => void} onFired
+ * @returns {() => void} stops the timer
+ */
+export function sampleLag(onFired) {
+  let due = epochNow() + 1;
+  let timer;
+  const tick = () => {
+    const at = epochNow();
+    onFired(at, Math.max(0, at - due));
+    due = at + 1;
+    timer = setTimeout(tick, 1);
+  };
+  timer = setTimeout(tick, 1);
+  return () => clearTimeout(timer);
 }

@@ -5,7 +5,7 @@
  * bench/compare.ts runs one beside each benchmark. Plain JavaScript; runs under Deno (no permissions), Bun and
  * Node.
  *
- * Prints `ready` once its timer runs, then reads one line of JSON from stdin: time windows `[[from, to], ...]`
+ * Prints `ready` once its timer runs, then reads JSON from stdin until it ends: time windows `[[from, to], ...]`
  * in ms since the epoch. Prints one line of JSON, the p99 lateness in ms of the timers that fired in each
  * window, and exits.
  *
@@ -13,29 +13,22 @@
  */
 
 import process from "node:process";
-import { percentile } from "./_fixture.mjs";
+import { percentile, sampleLag } from "./_fixture.mjs";
 
-const now = () => performance.timeOrigin + performance.now();
 /** When each timer fired (ms since the epoch) and how late it was (ms), in firing order. */
 const fired = [];
 const lateness = [];
-let due = now() + 1;
-let timer;
-const tick = () => {
-  const at = now();
+const stop = sampleLag((at, late) => {
   if (fired.length === 0) process.stdout.write("ready\n");
   fired.push(at);
-  lateness.push(Math.max(0, at - due));
-  due = at + 1;
-  timer = setTimeout(tick, 1);
-};
-timer = setTimeout(tick, 1);
+  lateness.push(late);
+});
 
 let input = "";
 process.stdin.setEncoding("utf8");
 process.stdin.on("data", (text) => (input += text));
 process.stdin.on("end", () => {
-  clearTimeout(timer);
+  stop();
   if (input.trim() === "") return; // the benchmark ended without asking (it failed): nothing to report
   const windows = JSON.parse(input);
   const p99s = windows.map(([from, to]) => {

@@ -24,13 +24,20 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
+import { fileURLToPath } from "node:url";
 import type { RuntimeName } from "../mod.ts";
-import { catFixtureBytes, median, percentile, writeCatFixture } from "./_fixture.mjs";
+import { catFixtureBytes, epochNow, median, percentile, sampleLag, writeCatFixture } from "./_fixture.mjs";
 import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput, processCpu } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
-const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 300);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+/** A positive integer from the environment, or `fallback` when unset. */
+function countOf(name: string, fallback: number): number {
+  const value = Number(process.env[name] ?? fallback);
+  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a positive integer`);
+  return value;
+}
+const SPAWNS = countOf("BENCH_SPAWNS", 300);
+const ROUNDS = countOf("BENCH_ROUNDS", 3);
 /** Worker processes per pool; the pool's default when unset. */
 const SIZE = process.env.BENCH_SIZE === undefined ? undefined : Number(process.env.BENCH_SIZE);
 const RUNTIMES: readonly string[] = ["deno", "bun", "node"];
@@ -85,28 +92,19 @@ async function pooledSpawner(pool: SpawnPool, api: "output" | "execFile"): Promi
     });
 }
 
-/** What each round measures: native spawning first, then each pooled path. */
-const contenders: Array<{ name: string; spawner: Spawner; pool?: SpawnPool }> = [{ name: "native", spawner: native }];
+/** What each round measures: native spawning, then each pooled path (rounds start at the next one in turn). */
+const contenders: Array<{ spawner: Spawner; pool?: SpawnPool }> = [{ spawner: native }];
 for (const { workers, api } of PATHS) {
   const pool = pools.get(workers)!;
-  contenders.push({ name: `${workers}:${api}`, spawner: await pooledSpawner(pool, api), pool });
+  contenders.push({ spawner: await pooledSpawner(pool, api), pool });
 }
 
 /** Samples how late a 1 ms timer fires until stopped. */
 function lagSampler(): () => number[] {
   const lateness: number[] = [];
-  let stopped = false;
-  let due = performance.now() + 1;
-  const tick = () => {
-    if (stopped) return;
-    const now = performance.now();
-    lateness.push(Math.max(0, now - due));
-    due = now + 1;
-    setTimeout(tick, 1);
-  };
-  setTimeout(tick, 1);
+  const stop = sampleLag((_, late) => lateness.push(late));
   return () => {
-    stopped = true;
+    stop();
     return lateness;
   };
 }
@@ -116,7 +114,7 @@ function lagSampler(): () => number[] {
  * windows and resolves with the idle process's lag p99 in each.
  */
 async function startLagProbe(): Promise<{ p99s(windows: Array<[number, number]>): Promise<Array<number | null>> }> {
-  const script = new URL("./_lag_probe.mjs", import.meta.url).pathname;
+  const script = fileURLToPath(new URL("./_lag_probe.mjs", import.meta.url).href);
   const args = HOST === "deno" ? ["run", "--quiet", "--no-config", script] : [script];
   const probe = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
   let output = "";
@@ -134,15 +132,13 @@ async function startLagProbe(): Promise<{ p99s(windows: Array<[number, number]>)
   });
   return {
     async p99s(windows) {
+      probe.stdin!.on("error", () => {}); // a probe that died is reported by `exited`
       probe.stdin!.end(`${JSON.stringify(windows)}\n`);
       await exited;
       return JSON.parse(output.slice("ready\n".length));
     },
   };
 }
-
-/** Now, in ms since the epoch (the lag probe's clock). */
-const epochNow = () => performance.timeOrigin + performance.now();
 
 /** Busy and total CPU time of the whole machine in µs, from /proc/stat (Linux). */
 function machineCpu(): { busy: number; total: number } | null {
@@ -291,11 +287,12 @@ for (const w of WORKLOADS) {
 process.stderr.write("\n");
 const all = measured.flatMap(({ runs }) => runs.flat());
 (await probe.p99s(all.map((m) => m.window))).forEach((p99, i) => (all[i].idleLagP99 = p99));
+const natives = measured.map(({ runs }) => summarize(runs[0]));
 const paths = PATHS.map(({ workers, api }, p) => ({
   workers,
   api,
-  cases: measured.map(({ workload, inFlight, runs }) => {
-    const n = summarize(runs[0]);
+  cases: measured.map(({ workload, inFlight, runs }, c) => {
+    const n = natives[c];
     const pooled = summarize(runs[p + 1]);
     return {
       workload,

@@ -10,18 +10,19 @@ import { bin, buildDist, root } from "./setup.mjs";
 
 buildDist(); // Bun and Node measure the npm build, as their users run it (bench/_spawners.ts)
 const script = "bench/compare.ts";
+// Node's native spawns are the slowest by far, so one Node run measures them once for three pooled paths: Node
+// workers, Bun workers, and a Node program that changed its import line (`execFile` of `./node`, Node workers).
+const nodePools = "node,bun,node:execFile";
 const runs = [
   { label: "deno", cmd: "deno", args: ["run", "-A", "--quiet", script] },
   { label: "bun", cmd: "bun", args: [script] },
-  // Node's native spawns are the slowest by far, so one Node run measures them once for three pooled paths: Node
-  // workers, Bun workers, and a Node program that changed its import line (`execFile` of `./node`, Node workers).
-  { label: "node (three pooled paths)", cmd: "node", args: [script], env: { BENCH_POOLS: "node,bun,node:execFile" } },
+  { label: `node (pools: ${nodePools})`, cmd: "node", args: [script], env: { BENCH_POOLS: nodePools } },
 ];
 
 /** A row group's name: the host, and how it pooled when that is not its own runtime's `output()`. */
 function pathLabel(host, { workers, api }) {
-  if (api === "execFile") return `${host}, ./node execFile`;
-  return workers === host ? host : `${host} host, ${workers} workers`;
+  const others = workers === host ? "" : `${api === "execFile" ? ", " : " host, "}${workers} workers`;
+  return api === "execFile" ? `${host}, ./node execFile${others}` : `${host}${others}`;
 }
 
 /** Runs one benchmark process, showing its progress dots, and resolves with its JSON result. */
@@ -40,7 +41,7 @@ function runOne(run) {
     child.on("close", (code) => {
       const line = stdout.trim().split("\n").pop() ?? "";
       if (code !== 0 || !line.startsWith("{")) reject(new Error(`${run.label} failed (${code}):\n${stderr}`));
-      else resolve({ label: run.label, ...JSON.parse(line) });
+      else resolve(JSON.parse(line));
     });
   });
 }
@@ -95,6 +96,8 @@ const ceiling = spawnCeiling();
 console.log(ceiling ? " done" : " skipped: no C compiler (cc)");
 
 const pair = (n, p, digits = 0) => `${n.toFixed(digits)} / ${p.toFixed(digits)}`;
+/** The idle process's lag p99 in the native and pooled windows; "n/a" where no timer of it fired in one. */
+const idlePair = (n, p) => [n, p].map((ms) => ms === null ? "n/a" : ms.toFixed(1)).join(" / ");
 const header = [
   "| host (workers) | workload | in flight | native/s | pool/s | pool / native | p50 ms native / pool | " +
   "p99 ms native / pool | host CPU µs/spawn native / pool | loop lag p99 ms native / pool | " +
@@ -102,13 +105,14 @@ const header = [
   "|---|---|---|---|---|---|---|---|---|---|---|",
 ];
 /** One group of rows per pooled path of each run. */
-const groups = results.flatMap((r) => r.paths.map((path) => ({ label: pathLabel(r.host, path), cases: path.cases })));
+const labels = results.map((r) => r.paths.map((path) => pathLabel(r.host, path)));
+const groups = results.flatMap((r, i) => r.paths.map((path, p) => ({ label: labels[i][p], cases: path.cases })));
 const rows = groups.flatMap((r) =>
   r.cases.map((c) =>
     `| ${r.label} | ${c.workload} | ${c.inFlight} | ${c.native.perSec} | ${c.pool.perSec} | ${c.ratio.toFixed(2)}x | ` +
     `${pair(c.native.p50, c.pool.p50, 1)} | ${pair(c.native.p99, c.pool.p99, 1)} | ` +
     `${pair(c.native.cpuUsPerSpawn, c.pool.cpuUsPerSpawn)} | ${pair(c.native.lagP99, c.pool.lagP99, 1)} | ` +
-    `${pair(c.native.idleLagP99 ?? NaN, c.pool.idleLagP99 ?? NaN, 1)} |`
+    `${idlePair(c.native.idleLagP99, c.pool.idleLagP99)} |`
   )
 );
 // Where the CPU goes at 30 in flight (Linux): with every core busy, the pool can only win what native
@@ -142,17 +146,15 @@ const ceilingTable = ceiling === undefined ? [] : [
 const hosts = [
   "| host | version | rows | host RSS at the end, MB |",
   "|---|---|---|---|",
-  ...results.map((r) =>
-    `| ${r.host} | ${r.version} | ${r.paths.map((path) => pathLabel(r.host, path)).join("; ")} | ${r.hostRssMB} |`
-  ),
+  ...results.map((r, i) => `| ${r.host} | ${r.version} | ${labels[i].join("; ")} | ${r.hostRssMB} |`),
 ];
 const machine = `${cpus().length} cores, ${cpus()[0]?.model ?? "unknown cpu"}, ${process.platform}`;
 const versions = [...new Set(results.map((r) => `${r.host} ${r.version}`))].join(", ");
 const table = [
   `Medians of ${results[0].rounds} interleaved rounds (${results[0].spawns} spawns per measurement at 30 in flight, ` +
-  `a third of that at 1 and in each warm-up); ${machine}; ${versions}. Pool = same-runtime workers unless stated; the Node rows share ` +
-  "their native measurements. The idle process's lag is that of a process that only runs a 1 ms timer, in the same " +
-  "minutes: what the machine adds.",
+  `a third of that at 1 and in each warm-up); ${machine}; ${versions}. Pool = same-runtime workers unless stated; ` +
+  "the Node rows share their native measurements. The idle process's lag is that of a process that only runs a 1 ms " +
+  "timer, in the same minutes (during the native and during the pooled measurements): what the machine adds.",
   "",
   ...header,
   ...rows,
