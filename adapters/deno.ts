@@ -207,12 +207,10 @@ export const denoAdapter: Adapter = {
 
   spawn(request, events) {
     if (request.argv0 !== undefined) {
-      return Promise.reject(
-        new SpawnFailed({
-          code: "ENOTSUP",
-          message: "argv0 is not supported by Deno workers; use bun or node workers",
-        }),
-      );
+      throw new SpawnFailed({
+        code: "ENOTSUP",
+        message: "argv0 is not supported by Deno workers; use bun or node workers",
+      });
     }
     const ownGroup = request.timeout !== undefined || request.detached === true;
     const child = new Deno.Command(request.cmd, {

@@ -179,7 +179,8 @@ export interface Adapter {
   /**
    * Worker side: spawns a command with this runtime's native API. When the command cannot start, it may throw
    * or reject, with the runtime's own error or with a {@linkcode SpawnFailed}: the worker loop maps either with
-   * {@linkcode spawnFailed}, so an adapter need not catch its runtime's errors.
+   * {@linkcode spawnFailed}, so an adapter need not catch its runtime's errors. It throws only before the child
+   * exists: once started, a child's troubles are reported through `events`.
    */
   spawn(request: SpawnRequest, events: ChildEvents): Promise<SpawnedChild>;
   /** Worker side: calls `handler` once when the process is asked to terminate (SIGINT, SIGTERM, SIGHUP). */

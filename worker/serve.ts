@@ -124,7 +124,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     for (const timer of job.timers) clearTimeout(timer);
     if (job.grace !== undefined) clearTimeout(job.grace);
     jobs.delete(job.id);
-    // Buffered output leaves as the chunks it was read in: no copy here.
+    // Buffered output leaves as the chunks it was read in (views of at most MAX_CHUNK_BYTES of them): no copy here.
     writer.send(
       Frame.Exit,
       job.id,
@@ -141,11 +141,14 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     job.collectedBytes = 0;
   };
 
-  /** Arms the quiet-period timer that releases streams a grandchild keeps open after exit. */
+  /**
+   * Arms the quiet-period timer that releases streams a grandchild keeps open after exit: once the child exited,
+   * while a stream is still open and none is paused.
+   */
   const armGrace = (job: Job): void => {
     if (job.grace !== undefined) clearTimeout(job.grace);
     job.grace = undefined;
-    if (!job.exit || job.paused[1] || job.paused[2]) return;
+    if (!job.exit || !(job.open[1] || job.open[2]) || job.paused[1] || job.paused[2]) return;
     job.grace = setTimeout(() => {
       job.grace = undefined;
       job.child?.release();
@@ -154,14 +157,16 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
   };
 
   /**
-   * Ends a stream for good: nothing more is read, held or paused on it, so the grace may now run for the other
-   * one (a grandchild's). The host hears StreamEnd unless the request is buffered or the host released it.
+   * Ends a stream for good: nothing more is read, held or paused on it, so if it was paused, the grace may now run
+   * for the other one (a grandchild's). The host hears StreamEnd unless the request is buffered or the host
+   * released it.
    */
   const closeStream = (job: Job, fd: StreamFd, tell = !job.request.buffered): void => {
+    const wasPaused = job.paused[fd];
     job.open[fd] = false;
-    job.held[fd] = [];
+    job.held[fd].length = 0;
     job.paused[fd] = false;
-    armGrace(job);
+    if (wasPaused) armGrace(job);
     if (tell) writer.send(Frame.StreamEnd, job.id, FD_PAYLOAD[fd]);
     finish(job);
   };
@@ -203,6 +208,22 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     }
   };
 
+  /** Collects buffered output in pieces of at most MAX_CHUNK_BYTES, flushed before they would pass it. */
+  const collect = (job: Job, fd: StreamFd, chunk: Uint8Array): void => {
+    const { maxBuffer } = job.request;
+    for (let offset = 0; offset < chunk.byteLength; offset += MAX_CHUNK_BYTES) {
+      const piece = chunk.byteLength <= MAX_CHUNK_BYTES ? chunk : chunk.subarray(offset, offset + MAX_CHUNK_BYTES);
+      job.totalBytes += piece.byteLength;
+      if (maxBuffer !== undefined && job.totalBytes > maxBuffer) {
+        stopFor(job, "maxBuffer", "SIGKILL");
+        return;
+      }
+      if (job.collectedBytes + piece.byteLength > MAX_CHUNK_BYTES) flushCollected(job);
+      job.collected[fd].push(piece);
+      job.collectedBytes += piece.byteLength;
+    }
+  };
+
   const killChild = (job: Job, signal: string, group: boolean): void => {
     if (job.exit) return;
     try {
@@ -240,20 +261,6 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     // The host must hear "spawned" before any output or exit: events the adapter reports before its
     // spawn() promise settles wait here, until `job.child` is set.
     const early: Array<() => void> = [];
-    /** Collects buffered output in pieces of at most MAX_CHUNK_BYTES, flushed before they would pass it. */
-    const collect = (fd: StreamFd, chunk: Uint8Array): void => {
-      for (let offset = 0; offset < chunk.byteLength; offset += MAX_CHUNK_BYTES) {
-        const piece = chunk.byteLength <= MAX_CHUNK_BYTES ? chunk : chunk.subarray(offset, offset + MAX_CHUNK_BYTES);
-        job.totalBytes += piece.byteLength;
-        if (request.maxBuffer !== undefined && job.totalBytes > request.maxBuffer) {
-          stopFor(job, "maxBuffer", "SIGKILL");
-          return;
-        }
-        if (job.collectedBytes + piece.byteLength > MAX_CHUNK_BYTES) flushCollected(job);
-        job.collected[fd].push(piece);
-        job.collectedBytes += piece.byteLength;
-      }
-    };
     const events: ChildEvents = {
       data(fd, chunk) {
         if (!job.open[fd]) return; // released, or after the grace
@@ -261,7 +268,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
           job.held[fd].push(chunk);
           sendHeld(job, fd);
         } else {
-          collect(fd, chunk);
+          collect(job, fd, chunk);
         }
         if (job.exit) armGrace(job);
       },
