@@ -1,6 +1,6 @@
 /**
  * What every benchmark shares: the deterministic 163 KB file they `cat`, the median and percentiles they report,
- * and the loop-lag sampler.
+ * the loop-lag sampler, and how they read counts from the environment.
  * Plain JavaScript, so that the Node scripts under tools/ import it on any Node as well as Deno, Bun and
  * the TypeScript benchmarks.
  *
@@ -8,6 +8,7 @@
  */
 
 import { writeFileSync } from "node:fs";
+import process from "node:process";
 import { join } from "node:path";
 
 /** Size of the cat fixture in bytes. */
@@ -71,4 +72,21 @@ export function sampleLag(onFired) {
   };
   timer = setTimeout(tick, 1);
   return () => clearTimeout(timer);
+}
+
+/**
+ * An integer count from the environment variable `name`, or `fallback` when it is unset; throws unless it is an
+ * integer of at least `min` (a typo must not make a benchmark run nothing and pass).
+ * @param {string} name
+ * @param {number} fallback
+ * @param {number} [min]
+ * @returns {number}
+ */
+export function countOf(name, fallback, min = 1) {
+  const raw = process.env[name];
+  const value = raw === undefined ? fallback : Number(raw);
+  if (!Number.isInteger(value) || value < min) {
+    throw new Error(`${name} must be an integer of at least ${min}, not ${JSON.stringify(raw)}`);
+  }
+  return value;
 }

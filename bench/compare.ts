@@ -26,20 +26,14 @@ import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import type { RuntimeName } from "../mod.ts";
-import { catFixtureBytes, epochNow, median, percentile, sampleLag, writeCatFixture } from "./_fixture.mjs";
+import { catFixtureBytes, countOf, epochNow, median, percentile, sampleLag, writeCatFixture } from "./_fixture.mjs";
 import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput, processCpu } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
-/** A positive integer from the environment, or `fallback` when unset. */
-function countOf(name: string, fallback: number): number {
-  const value = Number(process.env[name] ?? fallback);
-  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a positive integer`);
-  return value;
-}
 const SPAWNS = countOf("BENCH_SPAWNS", 300);
 const ROUNDS = countOf("BENCH_ROUNDS", 3);
 /** Worker processes per pool; the pool's default when unset. */
-const SIZE = process.env.BENCH_SIZE === undefined ? undefined : Number(process.env.BENCH_SIZE);
+const SIZE = process.env.BENCH_SIZE === undefined ? undefined : countOf("BENCH_SIZE", 0);
 const RUNTIMES: readonly string[] = ["deno", "bun", "node"];
 /** The pooled paths: a worker runtime each, and how the pool is called. */
 const PATHS = (process.env.BENCH_POOLS ?? process.env.BENCH_WORKERS ?? HOST).split(",").map((item) => {
@@ -274,7 +268,8 @@ for (const w of WORKLOADS) {
     const runs = contenders.map(() => [] as Measurement[]);
     const total = inFlight === 1 ? FEW : SPAWNS;
     for (let round = 0; round < ROUNDS; round++) {
-      // Each round starts with the next in turn (native and one pooled path: native first, then the pool first).
+      // Each round starts with the next in turn. With native and one pooled path they alternate; with more paths than
+      // rounds, the last paths never go first.
       for (let i = 0; i < contenders.length; i++) {
         const c = (round + i) % contenders.length;
         runs[c].push(await measure(contenders[c], w, inFlight, total));

@@ -11,16 +11,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import type { Pool as PoolType } from "../mod.ts";
-import { CAT_BYTES, median, writeCatFixture } from "./_fixture.mjs";
+import { CAT_BYTES, countOf, median, writeCatFixture } from "./_fixture.mjs";
 import { loadSpawnpool, processCpu } from "./_spawners.ts";
 import { rssAnonBytes } from "../tests/_helpers.ts";
 
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
-if (!Number.isInteger(ROUNDS) || ROUNDS < 3) {
-  const given = JSON.stringify(process.env.BENCH_ROUNDS);
-  console.error(`BENCH_ROUNDS must be an integer of at least 3 (rounds 1 and 2 are a warm-up), not ${given}`);
-  process.exit(2);
-}
+const ROUNDS = countOf("BENCH_ROUNDS", 9, 3); // rounds 1 and 2 are a warm-up
 const { Pool } = await loadSpawnpool();
 const SPAWNS = 300;
 

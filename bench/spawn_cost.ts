@@ -31,12 +31,12 @@
  */
 
 import process from "node:process";
-import { median } from "./_fixture.mjs";
+import { countOf, median } from "./_fixture.mjs";
 import { HOST } from "./_spawners.ts";
 import { openFds } from "../tests/_helpers.ts";
 
-const SPAWNS = Number(process.env.BENCH_SPAWNS ?? 1500);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const SPAWNS = countOf("BENCH_SPAWNS", 1500);
+const ROUNDS = countOf("BENCH_ROUNDS", 5);
 const IN_FLIGHT = 30;
 const HI = "hi\n";
 const env = Object.fromEntries(

@@ -926,7 +926,8 @@ describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
     // Node signals only the command; the pool signals its group, as its own `timeout` does, so a shell's
     // background child does not outlive it. The child's pid is the first line of output.
     const { stdout, error } = await new Promise<{ stdout: string; error: Error | null }>((resolve) => {
-      pooled.execFile("sh", ["-c", "sleep 30 & echo $!; wait"], { timeout: 300 }, (error, stdout) => {
+      // 1 s for the shell to start the child and print its pid before the timeout, on a loaded runner.
+      pooled.execFile("sh", ["-c", "sleep 30 & echo $!; wait"], { timeout: 1000 }, (error, stdout) => {
         resolve({ stdout: String(stdout), error });
       });
     });

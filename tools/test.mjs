@@ -13,7 +13,7 @@ const tests = readdirSync(join(root, "tests")).filter((name) => name.endsWith("_
   `tests/${name}`
 );
 // Every TypeScript benchmark is type-checked (they import what they share).
-const benchmarks = readdirSync(join(root, "bench")).filter((name) => name.endsWith(".ts")).map((name) =>
+const benchmarks = readdirSync(join(root, "bench")).filter((name) => name.endsWith(".ts")).sort().map((name) =>
   `bench/${name}`
 );
 const steps = [
@@ -51,6 +51,7 @@ const steps = [
   {
     name: "bun test",
     cmd: "bun",
+    // The per-test timeout is set here: bunfig.toml's `[test] timeout` was not applied (2841d44).
     args: ["test", "--timeout", "30000", ...tests],
     count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
   },
