@@ -11,6 +11,7 @@
 
 import type { ByteChannel, ChannelReceiver } from "../core/adapter.ts";
 import { writeBatches } from "../core/frame_writer.ts";
+import { allocateUnzeroed } from "./_socket_channel.ts";
 
 /** Wraps the connected socket on `fd`; resolves once Bun has adopted it. */
 export async function bunSocketChannel(fd: number): Promise<ByteChannel> {
@@ -66,6 +67,7 @@ export async function bunSocketChannel(fd: number): Promise<ByteChannel> {
   // bun-types describes `unix` and `hostname` targets only; Bun also adopts a connected socket's fd.
   const socket = await Bun.connect({ fd, socket: handler } as unknown as Bun.UnixSocketOptions);
   return {
+    allocate: allocateUnzeroed,
     start(r) {
       // Bytes and a close that came before `start` are delivered now, in order; a close the receiver itself
       // causes meanwhile (bad bytes) stops the delivery and is reported by `finish`, once.

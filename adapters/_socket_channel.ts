@@ -6,13 +6,24 @@
  * @module
  */
 
+import { Buffer } from "node:buffer";
 import type { OnReadOpts, Socket } from "node:net";
 import { type ByteChannel, type ChannelReceiver, LENDING_READ_BYTES } from "../core/adapter.ts";
+
+/**
+ * {@linkcode ByteChannel.allocate} for runtimes with `node:buffer` (Node, Bun): memory not zeroed first, as a
+ * plain `Uint8Array` (a `Buffer` would reach users through the views of it they are given).
+ */
+export function allocateUnzeroed(length: number): Uint8Array {
+  const buffer = Buffer.allocUnsafeSlow(length);
+  return new Uint8Array(buffer.buffer, buffer.byteOffset, length);
+}
 
 /** Everything but reading: writes are corked into one vectored write. */
 function socketChannelOf(socket: Socket, start: (receiver: ChannelReceiver) => void, lendsChunks: boolean) {
   const channel: ByteChannel = {
     lendsChunks,
+    allocate: allocateUnzeroed,
     start,
     write(chunks) {
       if (socket.destroyed) return;

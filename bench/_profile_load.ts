@@ -1,7 +1,8 @@
 /**
  * The load bench/profile.mjs profiles: one workload, spawned natively or through the pool, 30 in flight, for
  * a fixed time, under whichever runtime runs this file. Output is checked byte for byte, as in compare.ts.
- * Prints one JSON line: this process's pid, the workers' pids and how many spawns ran.
+ * Prints one JSON line: this process's pid, the workers' pids, how many spawns ran, and this process's CPU time
+ * (user+sys, all its threads) per spawn in µs.
  *
  * Env: PROFILE_MODE (native | pool), PROFILE_WORKLOAD (echo | cat), PROFILE_WORKERS (the pool's worker runtime,
  * default this one's), PROFILE_SECONDS (default 5),
@@ -57,9 +58,12 @@ async function load(until: number, count = Infinity): Promise<number> {
 try {
   await load(Infinity, 300); // warm-up: workers started, code compiled
   if (process.env.PROFILE_READY) writeFileSync(process.env.PROFILE_READY, "");
+  const cpu = process.cpuUsage();
   const spawns = await load(Date.now() + SECONDS * 1000);
+  const { user, system } = process.cpuUsage(cpu);
+  const hostCpuPerSpawn = Math.round((user + system) / spawns);
   const pids = pool?.stats().workers.map((worker) => worker.pid) ?? [];
-  console.log(JSON.stringify({ host: process.pid, workers: pids, spawns, seconds: SECONDS }));
+  console.log(JSON.stringify({ host: process.pid, workers: pids, spawns, seconds: SECONDS, hostCpuPerSpawn }));
 } finally {
   await pool?.close();
   rmSync(scratch, { recursive: true, force: true });

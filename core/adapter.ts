@@ -28,6 +28,11 @@ export interface ByteChannel {
    * reads into one buffer it reuses. Otherwise the channel never writes to a chunk again.
    */
   readonly lendsChunks?: boolean;
+  /**
+   * Allocates a buffer its reader fills completely before anything reads it (a frame's payload arriving in
+   * several chunks), without zeroing it first where the runtime can. `new Uint8Array(length)` when absent.
+   */
+  readonly allocate?: (length: number) => Uint8Array;
   /** Starts delivering bytes to `receiver`. Called once. */
   start(receiver: ChannelReceiver): void;
   /** Writes the chunks in order, as one vectored write where the transport allows. */

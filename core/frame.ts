@@ -285,16 +285,23 @@ export class FrameDecoder {
   #type = 0;
   #id = 0;
   #lent: boolean;
+  #allocate: (length: number) => Uint8Array;
 
   /**
    * Creates a decoder that calls `onFrame` for each complete frame.
    *
-   * @param lent The chunks pushed are lent: the caller overwrites them after {@linkcode push} returns, and
-   *   payloads that are views of them are passed to `onFrame` as lent.
+   * @param options.lent The chunks pushed are lent: the caller overwrites them after {@linkcode push}
+   *   returns, and payloads that are views of them are passed to `onFrame` as lent.
+   * @param options.allocate Makes the buffer a split frame's payload is assembled in; the decoder writes
+   *   every byte of it before `onFrame` sees it, so it need not be zeroed (a channel's `allocate`).
    */
-  constructor(onFrame: FrameHandler, lent = false) {
+  constructor(
+    onFrame: FrameHandler,
+    options: { lent?: boolean; allocate?: (length: number) => Uint8Array } = {},
+  ) {
     this.#onFrame = onFrame;
-    this.#lent = lent;
+    this.#lent = options.lent ?? false;
+    this.#allocate = options.allocate ?? ((length) => new Uint8Array(length));
   }
 
   /** Bytes held while waiting for the rest of a frame. */
@@ -356,7 +363,7 @@ export class FrameDecoder {
     }
     this.#type = type;
     this.#id = id;
-    this.#payload = new Uint8Array(length);
+    this.#payload = this.#allocate(length);
   }
 }
 

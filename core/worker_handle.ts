@@ -114,7 +114,7 @@ export class WorkerHandle {
         return;
       }
       this.#dispatch(type, id, payload, lent);
-    }, process.channel.lendsChunks === true);
+    }, { lent: process.channel.lendsChunks === true, allocate: process.channel.allocate });
     process.channel.start({
       data: (chunk) => {
         try {

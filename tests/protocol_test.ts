@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
+import { allocateUnzeroed } from "../adapters/_socket_channel.ts";
 import {
   type Adapter,
   type ByteChannel,
@@ -111,7 +112,9 @@ describe("frame decoder fuzz", () => {
     const all = concatBytes(payloads.map((payload, i) => frame(Frame.Stdout, i + 1, payload)));
     const kept: Uint8Array[] = [];
     // What a receiver that keeps payloads does: keepBytes(payload, lent).
-    const decoder = new FrameDecoder((_type, _id, payload, lent) => kept.push(keepBytes(payload, lent)), true);
+    const decoder = new FrameDecoder((_type, _id, payload, lent) => kept.push(keepBytes(payload, lent)), {
+      lent: true,
+    });
     const reused = new Uint8Array(512); // what a lending channel reads into, every time
     for (let offset = 0; offset < all.byteLength;) {
       const size = Math.min(1 + Math.floor(next() * reused.byteLength), all.byteLength - offset);
@@ -121,6 +124,26 @@ describe("frame decoder fuzz", () => {
       offset += size;
     }
     assert.deepEqual(kept, payloads);
+  });
+
+  it("split payloads are assembled in the channel's unzeroed buffers, every byte written", () => {
+    const next = random(17);
+    const frames = Array.from({ length: 40 }, (_, i) => frame(Frame.Stdout, i + 1, randomBytes(next, 1 + i * 41)));
+    const all = concatBytes(frames);
+    for (const allocate of [allocateUnzeroed, (length: number) => new Uint8Array(length).fill(0xa5)]) {
+      let allocated = 0;
+      const seen: Uint8Array[] = [];
+      const decoder = new FrameDecoder((type, id, payload) => {
+        assert.equal(Object.getPrototypeOf(payload), Uint8Array.prototype, "users get plain Uint8Arrays");
+        seen.push(frame(type, id, payload));
+      }, {
+        // Recycled memory, as an allocator that does not zero may return: stale bytes must never show through.
+        allocate: (length) => (allocated++, allocate(length).fill(0xa5)),
+      });
+      feed(decoder, all, next, 97);
+      assert.deepEqual(seen, frames);
+      assert.ok(allocated > 0, "frames split across chunks are assembled in allocated buffers");
+    }
   });
 
   it("a truncated frame waits, without a frame or an error", () => {

@@ -363,7 +363,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     }
   };
 
-  const decoder = new FrameDecoder(onFrame, channel.lendsChunks === true);
+  const decoder = new FrameDecoder(onFrame, { lent: channel.lendsChunks === true, allocate: channel.allocate });
   channel.start({
     data(chunk) {
       try {
