@@ -11,8 +11,8 @@ import type { OnReadOpts, Socket } from "node:net";
 import { type ByteChannel, type ChannelReceiver, LENDING_READ_BYTES } from "../core/adapter.ts";
 
 /**
- * {@linkcode ByteChannel.allocate} for runtimes with `node:buffer` (Node, Bun): memory not zeroed first, as a
- * plain `Uint8Array` (a `Buffer` would reach users through the views of it they are given).
+ * {@linkcode ByteChannel.allocate} for runtimes with `node:buffer` (Node, Bun): memory not zeroed first, of its
+ * own (`allocUnsafeSlow`, never `allocUnsafe`'s shared pool), as a plain `Uint8Array` like every other payload.
  */
 export function allocateUnzeroed(length: number): Uint8Array {
   const buffer = Buffer.allocUnsafeSlow(length);

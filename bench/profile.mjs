@@ -5,7 +5,7 @@
 // its own workers; a Node host also a pool of Bun workers, as in `npm start`. Cases are interleaved: each round runs every
 // case once, starting with the next case in turn; shares are medians over rounds.
 //
-// `node bench/profile.mjs` after `npm run build`. Needs Linux, `perf`, and root or perf_event_paranoid <= -1.
+// `node bench/profile.mjs` (it builds dist/ first). Needs Linux, `perf`, and root or perf_event_paranoid <= -1.
 // Env: PROFILE_RUNTIMES (default deno,bun,node), PROFILE_WORKLOADS (echo,cat), PROFILE_ROUNDS (3),
 // PROFILE_SECONDS (4, recorded per case and round). Writes bench/results/profile.md and prints it.
 
@@ -74,13 +74,15 @@ async function recordCase({ runtime, mode, workers, workload }, n) {
     load.on("error", reject);
     load.on("close", (code) => code === 0 ? resolve() : reject(new Error(`the ${runtime} load exited with ${code}`)));
   });
+  done.catch(() => {}); // awaited below; a load that fails first is reported by readyOrExit
   await readyOrExit(ready, load);
+  // perf's messages (no permission, no such event) are in the error it throws.
   execFileSync("perf", ["record", "-a", "-F", String(FREQUENCY), "-o", data, "--", "sleep", String(SECONDS)], {
-    stdio: "ignore",
+    stdio: ["ignore", "ignore", "pipe"],
   });
   await done;
   const result = JSON.parse(stdout.trim().split("\n").pop());
-  const text = execFileSync("perf", ["script", "-i", data, "-F", "pid,comm,ip,sym,dso"], {
+  const text = execFileSync("perf", ["script", "-i", data, "-F", "comm,pid,tid,ip,sym,dso"], {
     encoding: "utf8",
     maxBuffer: 1 << 30,
     stdio: ["ignore", "pipe", "ignore"],
@@ -94,11 +96,14 @@ async function recordCase({ runtime, mode, workers, workload }, n) {
   };
 }
 
-/** `perf script -F pid,comm,ip,sym,dso` lines, e.g. `deno 28228 5569fc46cfc4 [unknown] (/path/deno)`. */
+/**
+ * `perf script -F comm,pid,tid,ip,sym,dso` lines, e.g. `Bun Pool 0 28228/28230 5569fc46cfc4 [unknown] (/path/bun)`:
+ * a thread's name may hold spaces and numbers, the `pid/tid` after it may not.
+ */
 function parseSamples(text) {
   const samples = [];
   for (const line of text.split("\n")) {
-    const match = /^\s*(.+?)\s+(\d+)\s+([0-9a-f]+)\s+(.*?)\s+\((.*)\)$/.exec(line);
+    const match = /^\s*(.*?)\s+(\d+)\/\d+\s+([0-9a-f]+)\s+(.*?)\s+\((.*)\)$/.exec(line);
     if (match === null) continue;
     const [, comm, pid, ip, sym, dso] = match;
     samples.push({ comm, pid: Number(pid), kernel: ip.length === 16 && ip.startsWith("ffff"), sym, dso });
@@ -174,7 +179,7 @@ for (let round = 0; round < ROUNDS; round++) {
 
 const pct = (part, whole) => (part / whole * 100).toFixed(1);
 /** µs of CPU per spawn that `share` (a fraction of the machine) stands for at `rate` spawns/s. */
-const perSpawn = (share, rate) => Math.round(share * CORES * 1e6 / rate);
+const perSpawn = (share, rate) => share * CORES * 1e6 / rate;
 
 const versions = Object.fromEntries(
   RUNTIMES.map((name) => {
@@ -188,8 +193,8 @@ const lines = [
   "",
   `${CORES} cores, ${cpus()[0].model.trim()}; ${Object.values(versions).join("; ")}. ` +
   `\`perf record -a -F ${FREQUENCY}\` for ${SECONDS} s per case and round, ${ROUNDS} rounds interleaved, ` +
-  "30 in flight, after a warm-up of 300 spawns; medians over rounds. CPU µs per spawn, all (kernel): a role's " +
-  "share of the machine × cores ÷ spawns/s. Commands before exec: children of the host or a worker not yet the " +
+  "30 in flight, after a warm-up of 300 spawns; medians over rounds. CPU µs per spawn, all (kernel): in each " +
+  "round, a role's share of the machine × cores ÷ spawns/s. Commands before exec: children of the host or a worker not yet the " +
   "command (fork or vfork, up to execve). Commands in ld.so: the part of the commands' user CPU spent in the " +
   "dynamic loader, before `main`.",
   "",
@@ -200,12 +205,14 @@ for (const entry of cases) {
   const { runtime, workload, runs } = entry;
   const rate = median(runs.map((run) => run.spawnsPerSecond));
   const busy = median(runs.map((run) => 1 - run.roles.idle.all / run.total));
+  /** The median over rounds of each round's µs per spawn for `count(run)` samples. */
+  const perSpawnOf = (count) => median(runs.map((run) => perSpawn(count(run) / run.total, run.spawnsPerSecond)));
   const cells = COUNTED.map((role) => {
-    const all = perSpawn(median(runs.map((run) => run.roles[role].all / run.total)), rate);
-    const kernel = perSpawn(median(runs.map((run) => run.roles[role].kernel / run.total)), rate);
-    return all === 0 ? "" : `${all} (${kernel})`;
+    const all = perSpawnOf((run) => run.roles[role].all);
+    const kernel = perSpawnOf((run) => run.roles[role].kernel);
+    return all === 0 ? "" : `${Math.round(all)} (${Math.round(kernel)})`;
   });
-  const loader = perSpawn(median(runs.map((run) => run.loader / run.total)), rate);
+  const loader = Math.round(perSpawnOf((run) => run.loader));
   lines.push(
     `| ${runtime} | ${workload} | ${modeName(entry)} | ${Math.round(rate)} | ${pct(busy, 1)}% | ${
       cells.join(" | ")

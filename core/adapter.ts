@@ -30,7 +30,9 @@ export interface ByteChannel {
   readonly lendsChunks?: boolean;
   /**
    * Allocates a buffer its reader fills completely before anything reads it (a frame's payload arriving in
-   * several chunks), without zeroing it first where the runtime can. `new Uint8Array(length)` when absent.
+   * several chunks), without zeroing it first where the runtime can. It must return new memory of exactly
+   * `length` bytes that nothing else uses (never a pool's slice: the payload is handed on as the owner's).
+   * `new Uint8Array(length)` when absent.
    */
   readonly allocate?: (length: number) => Uint8Array;
   /** Starts delivering bytes to `receiver`. Called once. */

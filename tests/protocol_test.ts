@@ -9,11 +9,12 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
+import { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
-import { allocateUnzeroed } from "../adapters/_socket_channel.ts";
+import { allocateUnzeroed, lendingSocketChannel, socketChannel } from "../adapters/_socket_channel.ts";
 import {
   type Adapter,
   type ByteChannel,
@@ -130,20 +131,33 @@ describe("frame decoder fuzz", () => {
     const next = random(17);
     const frames = Array.from({ length: 40 }, (_, i) => frame(Frame.Stdout, i + 1, randomBytes(next, 1 + i * 41)));
     const all = concatBytes(frames);
-    for (const allocate of [allocateUnzeroed, (length: number) => new Uint8Array(length).fill(0xa5)]) {
-      let allocated = 0;
-      const seen: Uint8Array[] = [];
-      const decoder = new FrameDecoder((type, id, payload) => {
-        assert.equal(Object.getPrototypeOf(payload), Uint8Array.prototype, "users get plain Uint8Arrays");
-        seen.push(frame(type, id, payload));
-      }, {
-        // Recycled memory, as an allocator that does not zero may return: stale bytes must never show through.
-        allocate: (length) => (allocated++, allocate(length).fill(0xa5)),
-      });
-      feed(decoder, all, next, 97);
-      assert.deepEqual(seen, frames);
-      assert.ok(allocated > 0, "frames split across chunks are assembled in allocated buffers");
-    }
+    const made = new Set<ArrayBufferLike>();
+    const seen: Uint8Array[] = [];
+    let assembled = 0;
+    const decoder = new FrameDecoder((type, id, payload) => {
+      assert.equal(Object.getPrototypeOf(payload), Uint8Array.prototype, "users get plain Uint8Arrays");
+      if (made.has(payload.buffer)) assembled++;
+      seen.push(frame(type, id, payload));
+    }, {
+      // Stale bytes, as unzeroed memory may hold: none may show through.
+      allocate(length) {
+        const buffer = allocateUnzeroed(length).fill(0xa5);
+        made.add(buffer.buffer);
+        return buffer;
+      },
+    });
+    feed(decoder, all, next, 97);
+    assert.deepEqual(seen, frames);
+    assert.equal(decoder.buffered, 0);
+    assert.ok(assembled > 0, "frames split across chunks are delivered in the buffers allocated for them");
+    assert.equal(allocateUnzeroed(1000).buffer.byteLength, 1000, "a buffer of its own, not a pool's slice");
+  });
+
+  it("node:net channels allocate unzeroed payload buffers", () => {
+    const socket = new Socket();
+    assert.equal(socketChannel(socket).allocate, allocateUnzeroed);
+    assert.equal(lendingSocketChannel().attach(socket).allocate, allocateUnzeroed);
+    socket.destroy();
   });
 
   it("a truncated frame waits, without a frame or an error", () => {
