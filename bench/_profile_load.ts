@@ -1,19 +1,18 @@
 /**
  * The load bench/profile.mjs profiles: one workload, spawned natively or through the pool, 30 in flight, for
  * a fixed time, under whichever runtime runs this file. Output is checked byte for byte, as in compare.ts.
- * Prints one JSON line: this process's pid, the workers' pids, how many spawns ran, and this process's CPU time
+ * Prints "ready" once its pool is warm and the timed load starts (bench/profile.mjs starts recording then), and at
+ * the end one JSON line: this process's pid, the workers' pids, how many spawns ran, and this process's CPU time
  * (user+sys, all its threads) per spawn in µs.
  *
  * Env: PROFILE_MODE (native | pool), PROFILE_WORKLOAD (echo | cat), PROFILE_WORKERS (the pool's worker runtime,
- * default this one's), PROFILE_SECONDS (default 5),
- * PROFILE_READY (a file this script creates once its pool is warm and the timed load starts; the profiler waits
- * for it).
+ * default this one's), PROFILE_SECONDS (default 5).
  *
  * @module
  */
 
 import { Buffer } from "node:buffer";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -57,7 +56,7 @@ async function load(until: number, count = Infinity): Promise<number> {
 
 try {
   await load(Infinity, 300); // warm-up: workers started, code compiled
-  if (process.env.PROFILE_READY) writeFileSync(process.env.PROFILE_READY, "");
+  console.log("ready");
   const cpu = process.cpuUsage();
   const spawns = await load(Date.now() + SECONDS * 1000);
   const { user, system } = process.cpuUsage(cpu);

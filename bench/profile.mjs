@@ -10,7 +10,7 @@
 // PROFILE_SECONDS (4, recorded per case and round). Writes bench/results/profile.md and prints it.
 
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { countOf, median } from "./_fixture.mjs";
@@ -42,19 +42,8 @@ buildDist(); // Bun and Node hosts load dist/, as their users do (bench/_spawner
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-profile-"));
 process.on("exit", () => rmSync(scratch, { recursive: true, force: true }));
 
-/** Waits until `path` exists or `child` exits. */
-async function readyOrExit(path, child) {
-  let exited = false;
-  child.on("close", () => (exited = true));
-  while (!existsSync(path)) {
-    if (exited) throw new Error("the load exited before it was ready");
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
 /** Runs one case once: the load under `runtime`, recorded for SECONDS once it is warm. Returns its samples. */
 async function recordCase({ runtime, mode, workers, workload }, n) {
-  const ready = join(scratch, `ready-${n}`);
   const data = join(scratch, `perf-${n}.data`);
   const script = "bench/_profile_load.ts";
   const args = runtime === "deno" ? ["run", "-A", "--quiet", script] : [script];
@@ -65,17 +54,21 @@ async function recordCase({ runtime, mode, workers, workload }, n) {
     PROFILE_WORKERS: workers ?? runtime,
     PROFILE_WORKLOAD: workload,
     PROFILE_SECONDS: String(SECONDS + 2),
-    PROFILE_READY: ready,
   };
   const load = spawn(join(bin, runtime), args, { cwd: root, env, stdio: ["ignore", "pipe", "inherit"] });
   let stdout = "";
-  load.stdout.setEncoding("utf8").on("data", (text) => (stdout += text));
   const done = new Promise((resolve, reject) => {
     load.on("error", reject);
     load.on("close", (code) => code === 0 ? resolve() : reject(new Error(`the ${runtime} load exited with ${code}`)));
   });
-  done.catch(() => {}); // awaited below; a load that fails first is reported by readyOrExit
-  await readyOrExit(ready, load);
+  // The load prints "ready" once warm; a load that ends first rejects here through `done`.
+  await new Promise((resolve, reject) => {
+    load.stdout.setEncoding("utf8").on("data", (text) => {
+      stdout += text;
+      if (stdout.startsWith("ready\n")) resolve();
+    });
+    done.then(() => reject(new Error(`the ${runtime} load exited before it was ready`)), reject);
+  });
   // perf's messages (no permission, no such event) are in the error it throws.
   execFileSync("perf", ["record", "-a", "-F", String(FREQUENCY), "-o", data, "--", "sleep", String(SECONDS)], {
     stdio: ["ignore", "ignore", "pipe"],

@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { SpawnFailure, SpawnRequest, StreamFd } from "./frame.ts";
+import type { Allocate, SpawnFailure, SpawnRequest, StreamFd } from "./frame.ts";
 
 /** A runtime that can host a pool or run its workers. */
 export type RuntimeName = "deno" | "bun" | "node";
@@ -29,12 +29,11 @@ export interface ByteChannel {
    */
   readonly lendsChunks?: boolean;
   /**
-   * Allocates a buffer its reader fills completely before anything reads it (a frame's payload arriving in
-   * several chunks), without zeroing it first where the runtime can. It must return new memory of exactly
-   * `length` bytes that nothing else uses (never a pool's slice: the payload is handed on as the owner's).
-   * `new Uint8Array(length)` when absent.
+   * Allocates the buffer a frame's payload arriving in several chunks is assembled in, without zeroing it first
+   * where the runtime can ({@linkcode Allocate}: never a pool's slice, as the payload is handed on as the
+   * owner's). `new Uint8Array(length)` when absent.
    */
-  readonly allocate?: (length: number) => Uint8Array;
+  readonly allocate?: Allocate;
   /** Starts delivering bytes to `receiver`. Called once. */
   start(receiver: ChannelReceiver): void;
   /** Writes the chunks in order, as one vectored write where the transport allows. */

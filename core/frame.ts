@@ -264,6 +264,12 @@ export function decodeExit(payload: Uint8Array): { info: ExitInfo; stdout: Uint8
 }
 
 /**
+ * Makes a buffer the decoder fills completely before anything reads it, so it need not be zeroed. It must be new
+ * memory of exactly `length` bytes that nothing else uses.
+ */
+export type Allocate = (length: number) => Uint8Array;
+
+/**
  * Receives decoded frames. `lent` says the payload is a view of a chunk its channel overwrites once the
  * callback returns: a handler that keeps bytes past the call keeps them with {@linkcode keepBytes}.
  */
@@ -285,19 +291,19 @@ export class FrameDecoder {
   #type = 0;
   #id = 0;
   #lent: boolean;
-  #allocate: (length: number) => Uint8Array;
+  #allocate: Allocate;
 
   /**
    * Creates a decoder that calls `onFrame` for each complete frame.
    *
    * @param options.lent The chunks pushed are lent: the caller overwrites them after {@linkcode push}
    *   returns, and payloads that are views of them are passed to `onFrame` as lent.
-   * @param options.allocate Makes the buffer a split frame's payload is assembled in; the decoder writes
-   *   every byte of it before `onFrame` sees it, so it need not be zeroed (a channel's `allocate`).
+   * @param options.allocate Makes the buffer a split frame's payload is assembled in (a channel's
+   *   `allocate`); `new Uint8Array(length)` by default.
    */
   constructor(
     onFrame: FrameHandler,
-    options: { lent?: boolean; allocate?: (length: number) => Uint8Array } = {},
+    options: { lent?: boolean; allocate?: Allocate } = {},
   ) {
     this.#onFrame = onFrame;
     this.#lent = options.lent ?? false;
