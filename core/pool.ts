@@ -247,7 +247,11 @@ export class PoolCore implements Scheduler {
   }
 
   #fill(): void {
-    while (!this.#closed && this.#workers.length + this.#starting < this.#size) {
+    if (this.#closed) return;
+    // Counted once: a start can fail before its first await (no runtime on PATH) and free its place at once; a
+    // loop that counted again would start it again, forever, without ever yielding.
+    const missing = this.#size - this.#workers.length - this.#starting;
+    for (let i = 0; i < missing; i++) {
       const start = this.#startOne();
       this.#starts.add(start);
       void start.finally(() => {

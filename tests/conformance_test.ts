@@ -667,6 +667,20 @@ describe(`${HOST} host, pool lifecycle`, () => {
     await pool.close();
   });
 
+  it("a worker runtime not on PATH fails ready() and requests with ERR_WORKER_START, and the host exits", async () => {
+    const pool = new Pool({ size: 1 });
+    const other = HOST === "bun" ? "node" : "bun";
+    const [exe, ...args] = hostArgv(fixture("runtime_not_on_path.ts"), other);
+    // The lookup fails before the start's first await; if the pool started it again at once, for ever, the script
+    // would spin without end and the timeout would fail this test with ERR_TIMEOUT.
+    const out = await pool.command(exe, { args, env: { PATH: scratch }, timeout: 30_000 }).output();
+    const lines = text(out.stdout).trim().split("\n");
+    assert.equal(lines.length, 2, text(out.stdout) + text(out.stderr));
+    for (const line of lines) assert.match(line, new RegExp(`^ERR_WORKER_START Cannot find "${other}" on PATH`));
+    assert.equal(out.code, 0);
+    await pool.close();
+  });
+
   it("maxQueue rejects beyond the queue with ERR_QUEUE_FULL", async () => {
     const pool = new Pool({ size: 1, maxQueue: 1 });
     const first = pool.command("echo", { args: ["queued"] }).output();
