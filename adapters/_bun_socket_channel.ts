@@ -1,7 +1,8 @@
 /**
- * A {@linkcode ByteChannel} over Bun's own socket API (`Bun.connect({ fd })`) on an inherited socketpair
- * end. Bun's `node:net` is a stream layer on top of the same sockets; going under it saves the stream
- * machinery on every read and write, on both ends of a Bun host's or Bun worker's channel.
+ * A {@linkcode ByteChannel} over Bun's own socket API (`Bun.connect`): on an inherited socketpair end, or
+ * connected to the host's unix socket. Bun's `node:net` is a stream layer on top of the same sockets; going
+ * under it saves the stream machinery, and a copy of what is written, on every read and write, on both ends
+ * of a Bun host's or Bun worker's channel.
  *
  * Bun's `socket.write` writes what the kernel takes and returns the count; the rest waits here, in order,
  * until the socket drains.
@@ -13,8 +14,11 @@ import type { ByteChannel, ChannelReceiver } from "../core/adapter.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { allocateUnzeroed } from "./_socket_channel.ts";
 
-/** Wraps the connected socket on `fd`; resolves once Bun has adopted it. */
-export async function bunSocketChannel(fd: number): Promise<ByteChannel> {
+/**
+ * Wraps the connected socket on `target.fd`, or connects to the unix socket at `target.unix` (abstract when it
+ * starts with a NUL); resolves once Bun has adopted or connected it.
+ */
+export async function bunSocketChannel(target: { fd: number } | { unix: string }): Promise<ByteChannel> {
   let receiver: ChannelReceiver | undefined;
   /** Bytes that arrived before `start`. */
   const early: Uint8Array[] = [];
@@ -65,7 +69,7 @@ export async function bunSocketChannel(fd: number): Promise<ByteChannel> {
     },
   };
   // bun-types describes `unix` and `hostname` targets only; Bun also adopts a connected socket's fd.
-  const socket = await Bun.connect({ fd, socket: handler } as unknown as Bun.UnixSocketOptions);
+  const socket = await Bun.connect({ ...target, socket: handler } as unknown as Bun.UnixSocketOptions);
   return {
     allocate: allocateUnzeroed,
     start(r) {

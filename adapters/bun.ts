@@ -1,6 +1,7 @@
 /**
  * The Bun adapter: workers are started with `Bun.spawn` and handed a socketpair on fd 3, which both ends
- * drive through Bun's own socket API; commands are spawned with `Bun.spawn`.
+ * drive through Bun's own socket API, as a Bun worker also does on a Deno host's unix socket; commands are
+ * spawned with `Bun.spawn`.
  *
  * @module
  */
@@ -11,7 +12,7 @@ import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { signalName } from "../core/signals.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
-import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
+import { handshake, listenForWorker, parseBootstrap, readBootstrapLine } from "./_unix_handshake.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 
 type BunStdio = "pipe" | "inherit" | "ignore";
@@ -60,7 +61,7 @@ export const bunAdapter: Adapter = {
       try {
         const fd = proc.stdio[3];
         if (typeof fd !== "number") throw new Error("Bun.spawn gave no fd for the worker channel");
-        channel = await bunSocketChannel(fd);
+        channel = await bunSocketChannel({ fd });
       } catch (error) {
         proc.kill("SIGKILL");
         throw error;
@@ -77,9 +78,12 @@ export const bunAdapter: Adapter = {
     };
   },
 
-  connectToHost(kind) {
-    if (kind === "unix") return connectFromBootstrap();
-    return bunSocketChannel(3);
+  async connectToHost(kind) {
+    if (kind !== "unix") return bunSocketChannel({ fd: 3 });
+    const { path, secret } = parseBootstrap(await readBootstrapLine());
+    const channel = await bunSocketChannel({ unix: path });
+    channel.write([secret]); // the proof the host waits for, ahead of every frame
+    return channel;
   },
 
   spawn(request, events) {

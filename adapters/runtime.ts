@@ -75,7 +75,8 @@ export function currentPlatform(): Platform {
       if (workerRuntime !== "deno" && !WORKER_ENTRY.startsWith("/")) {
         throw new SpawnPoolError(
           "ERR_WORKER_START",
-          `${workerRuntime} workers need spawnpool installed locally (npm or bun add); it was loaded from ${WORKER_ENTRY}`,
+          `${workerRuntime} workers need spawnpool from npm (npm install, bun add, or deno add npm:spawnpool): ` +
+            `they cannot run the worker from ${WORKER_ENTRY}`,
         );
       }
       return {

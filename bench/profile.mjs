@@ -2,7 +2,7 @@
 // through the pool: a system-wide `perf record` (every process, user and kernel) during bench/_profile_load.ts,
 // split by role (the host process, its workers, the commands, the commands before their exec, everything else)
 // into kernel and user time, with each role's busiest symbols. Each runtime hosts native spawning and a pool of
-// its own workers; a Node host also a pool of Bun workers, as in `npm start`. Cases are interleaved: each round runs every
+// its own workers; Deno and Node hosts also a pool of Bun workers, as in `npm start`. Cases are interleaved: each round runs every
 // case once, starting with the next case in turn; shares are medians over rounds.
 //
 // `node bench/profile.mjs` (it builds dist/ first). Needs Linux, `perf`, and root or perf_event_paranoid <= -1.
@@ -156,7 +156,7 @@ const cases = [];
 for (const runtime of RUNTIMES) {
   for (const workload of WORKLOADS) {
     cases.push({ runtime, workload, mode: "native", runs: [] }, { runtime, workload, mode: "pool", runs: [] });
-    if (runtime === "node" && RUNTIMES.includes("bun")) {
+    if (runtime !== "bun" && RUNTIMES.includes("bun")) {
       cases.push({ runtime, workload, mode: "pool", workers: "bun", runs: [] });
     }
   }

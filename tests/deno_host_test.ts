@@ -1,7 +1,8 @@
 /**
  * A Deno host as users run it: spawnpool imported from a remote URL (as from JSR, here a local HTTP server
- * serving this checkout, into an empty DENO_DIR), with Deno workers started from that URL; and a host
- * missing a permission, whose error names the flag to add. Runs `deno` as a child of any test runtime.
+ * serving this checkout, into an empty DENO_DIR), with Deno workers started from that URL, and Bun workers
+ * refused with an error that names the npm package; and a host missing a permission, whose error names the flag
+ * to add. Runs `deno` as a child of any test runtime.
  */
 
 import assert from "node:assert/strict";
@@ -42,9 +43,9 @@ function deno(
   );
 }
 
-const probe = (from: string) => `
+const probe = (from: string, runtime = "deno") => `
 import { Pool } from "${from}";
-const pool = new Pool({ size: 1 });
+const pool = new Pool({ size: 1, runtime: "${runtime}" });
 try {
   const out = await pool.command("echo", { args: ["from a deno worker"] }).output();
   console.log(new TextDecoder().decode(out.stdout).trim(), pool.stats().runtime);
@@ -88,6 +89,16 @@ describe("a Deno host", () => {
     assert.equal(out.trim(), "from a deno worker deno");
     assert.equal(status, 0);
     assert.ok(served.includes("/worker/main.ts"), "the worker entry was fetched from the URL");
+  });
+
+  it("imports spawnpool from a URL: Bun workers, which cannot run a worker from a URL, fail naming the npm package", async () => {
+    const host = new URL(origin).host;
+    const { out } = await deno(
+      [`--allow-import=${host}`, "--allow-run", "--allow-net", "--allow-read", "--allow-env"],
+      probe(`${origin}/mod.ts`, "bun"),
+      { DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) },
+    );
+    assert.match(out, /^ERR ERR_WORKER_START bun workers need spawnpool from npm .*deno add npm:spawnpool/m);
   });
 
   it("without --allow-run: the request fails with ERR_WORKER_START naming the flag", async () => {

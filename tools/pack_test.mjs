@@ -1,6 +1,7 @@
 // The npm package as users get it: `npm pack`, then install the tarball into a scratch Node app (npm)
 // and a scratch Bun app (`bun add`), run real commands through the pool in each (Node host with node
-// workers, with bun workers, and the node:child_process drop-in; Bun host with bun workers), and
+// workers, with bun workers, and the node:child_process drop-in; Bun host with bun workers; Deno host, on
+// the Node app's node_modules as `deno add npm:spawnpool` gives it, with deno and with bun workers), and
 // type-check both apps against the shipped .d.ts. Prints "pack test: N passed, M failed".
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
@@ -39,8 +40,7 @@ import { execFile } from "spawnpool/node";
 import { promisify } from "node:util";
 import process from "node:process";
 
-const runtime = process.argv[2] as "node" | "bun";
-const execPath = process.argv[3];
+const [runtime, execPath] = process.argv.slice(2) as ["deno" | "bun" | "node", string];
 await using pool = new Pool({ size: 2, runtime, execPath });
 const out = await pool.command("echo", { args: ["deno shape"] }).output();
 const proc = pool.spawn(["sh", "-c", "echo bun shape; exit 3"]);
@@ -102,7 +102,8 @@ function scratchApp(name, types, install) {
 /** Runs the app under `host` with `workers` workers and checks what it printed. */
 function runs(dir, host, workers) {
   check(`${host} host, ${workers} workers`, () => {
-    const out = run(host, ["app.ts", workers, join(bin, workers)], dir).trim();
+    const script = host === "deno" ? ["run", "-A", "--quiet", "app.ts"] : ["app.ts"];
+    const out = run(host, [...script, workers, join(bin, workers)], dir).trim();
     if (out !== expected) throw new Error(`got ${out}`);
   });
 }
@@ -110,6 +111,10 @@ function runs(dir, host, workers) {
 const nodeApp = scratchApp("node-app", ["node"], ["npm", "install", "--no-audit", "--no-fund", "--offline"]);
 runs(nodeApp, "node", "node");
 runs(nodeApp, "node", "bun");
+// A Deno app with a package.json uses its node_modules: the npm build, whose worker entry Bun can run (a JSR
+// import's cannot, README: Pool).
+runs(nodeApp, "deno", "deno");
+runs(nodeApp, "deno", "bun");
 const bunApp = scratchApp("bun-app", ["bun-types"], ["bun", "add"]);
 runs(bunApp, "bun", "bun");
 

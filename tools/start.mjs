@@ -1,6 +1,6 @@
-// `npm start`: the main job. Runs bench/compare.ts on every runtime; the Node run also pools on Bun workers and
-// through the `./node` drop-in's execFile, against the same native measurements. Prints one table of native vs
-// pooled spawning, and writes bench/results/latest.{json,md}.
+// `npm start`: the main job. Runs bench/compare.ts on every runtime; the Deno and Node runs also pool on Bun
+// workers, and the Node run through the `./node` drop-in's execFile too, against the same native measurements.
+// Prints one table of native vs pooled spawning, and writes bench/results/latest.{json,md}.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
@@ -13,8 +13,15 @@ const script = "bench/compare.ts";
 // Node's native spawns are the slowest by far, so one Node run measures them once for three pooled paths: Node
 // workers, Bun workers, and a Node program that changed its import line (`execFile` of `./node`, Node workers).
 const nodePools = "node,bun,node:execFile";
+// Bun workers spend less CPU per spawn than Deno's own (README, Measured), so the Deno run measures both.
+const denoPools = "deno,bun";
 const runs = [
-  { label: "deno", cmd: "deno", args: ["run", "-A", "--quiet", script] },
+  {
+    label: `deno (pools: ${denoPools})`,
+    cmd: "deno",
+    args: ["run", "-A", "--quiet", script],
+    env: { BENCH_POOLS: denoPools },
+  },
   { label: "bun", cmd: "bun", args: [script] },
   { label: `node (pools: ${nodePools})`, cmd: "node", args: [script], env: { BENCH_POOLS: nodePools } },
 ];
@@ -153,7 +160,7 @@ const versions = [...new Set(results.map((r) => `${r.host} ${r.version}`))].join
 const table = [
   `Medians of ${results[0].rounds} interleaved rounds (${results[0].spawns} spawns per measurement at 30 in flight, ` +
   `a third of that at 1 and in each warm-up); ${machine}; ${versions}. Pool = same-runtime workers unless stated; ` +
-  "the Node rows share their native measurements. The idle process's lag is that of a process that only runs a 1 ms " +
+  "each host's rows share its native measurements. The idle process's lag is that of a process that only runs a 1 ms " +
   "timer, in the same minutes (during the native and during the pooled measurements): what the machine adds.",
   "",
   ...header,
