@@ -262,15 +262,23 @@ export function parseBootstrap(line: string): { path: string; secret: Uint8Array
   return { path: parsed.path, secret: fromHex(parsed.secret) };
 }
 
-/** Worker side: reads the bootstrap line from stdin, connects and presents the secret. */
-export async function connectFromBootstrap(): Promise<ByteChannel> {
+/**
+ * Worker side: reads the bootstrap line from stdin, connects with `open` (the worker runtime's own socket API) and
+ * presents the secret, ahead of every frame.
+ */
+export async function connectFromBootstrap(open: (path: string) => Promise<ByteChannel>): Promise<ByteChannel> {
   const { path, secret } = parseBootstrap(await readBootstrapLine());
-  const socket = await new Promise<Socket>((resolve, reject) => {
-    const socket = connect({ path }, () => resolve(socket));
+  const channel = await open(path);
+  channel.write([secret]);
+  return channel;
+}
+
+/** Opens a `node:net` channel to the unix socket at `path`: how a Node worker connects. */
+export function openSocketChannel(path: string): Promise<ByteChannel> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ path }, () => resolve(socketChannel(socket)));
     socket.once("error", reject);
   });
-  socket.write(secret);
-  return socketChannel(socket);
 }
 
 /** A worker process as far as the handshake needs it. */

@@ -12,7 +12,7 @@ import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { signalName } from "../core/signals.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
-import { handshake, listenForWorker, parseBootstrap, readBootstrapLine } from "./_unix_handshake.ts";
+import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 
 type BunStdio = "pipe" | "inherit" | "ignore";
@@ -78,12 +78,9 @@ export const bunAdapter: Adapter = {
     };
   },
 
-  async connectToHost(kind) {
-    if (kind !== "unix") return bunSocketChannel({ fd: 3 });
-    const { path, secret } = parseBootstrap(await readBootstrapLine());
-    const channel = await bunSocketChannel({ unix: path });
-    channel.write([secret]); // the proof the host waits for, ahead of every frame
-    return channel;
+  connectToHost(kind) {
+    if (kind === "unix") return connectFromBootstrap((path) => bunSocketChannel({ unix: path }));
+    return bunSocketChannel({ fd: 3 });
   },
 
   spawn(request, events) {

@@ -12,13 +12,12 @@ import { writeBatches } from "../core/frame_writer.ts";
 import { killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
+  connectFromBootstrap,
   handshake,
   newSecret,
-  parseBootstrap,
   type PendingWorker,
   pendingWorker,
   privateSocketPath,
-  readBootstrapLine,
   SECRET_BYTES,
 } from "./_unix_handshake.ts";
 
@@ -198,11 +197,9 @@ export const denoAdapter: Adapter = {
   async connectToHost(kind) {
     // Deno's spawn would leak an inherited fd 3 into every command, so a Deno worker always uses "unix".
     if (kind !== "unix") return Promise.reject(new Error(`A Deno worker cannot use the "${kind}" channel`));
-    const { path, secret } = parseBootstrap(await readBootstrapLine());
-    const conn = await Deno.connect({ transport: "unix", path });
-    let offset = 0;
-    while (offset < secret.byteLength) offset += await conn.write(secret.subarray(offset));
-    return connChannel(conn, new Uint8Array(0));
+    return connectFromBootstrap(async (path) =>
+      connChannel(await Deno.connect({ transport: "unix", path }), new Uint8Array(0))
+    );
   },
 
   spawn(request, events) {

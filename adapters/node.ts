@@ -12,7 +12,13 @@ import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { lendingSocketChannel, socketChannel } from "./_socket_channel.ts";
-import { connectedPair, connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
+import {
+  connectedPair,
+  connectFromBootstrap,
+  handshake,
+  listenForWorker,
+  openSocketChannel,
+} from "./_unix_handshake.ts";
 
 type NodeStdio = "pipe" | "inherit" | "ignore";
 
@@ -133,7 +139,7 @@ export const nodeAdapter: Adapter = {
   },
 
   connectToHost(kind) {
-    if (kind === "unix") return connectFromBootstrap();
+    if (kind === "unix") return connectFromBootstrap(openSocketChannel);
     return Promise.resolve(socketChannel(new Socket({ fd: 3, readable: true, writable: true })));
   },
 

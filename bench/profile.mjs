@@ -2,8 +2,8 @@
 // through the pool: a system-wide `perf record` (every process, user and kernel) during bench/_profile_load.ts,
 // split by role (the host process, its workers, the commands, the commands before their exec, everything else)
 // into kernel and user time, with each role's busiest symbols. Each runtime hosts native spawning and a pool of
-// its own workers; Deno and Node hosts also a pool of Bun workers, as in `npm start`. Cases are interleaved: each round runs every
-// case once, starting with the next case in turn; shares are medians over rounds.
+// its own workers; Deno and Node hosts also a pool of Bun workers, as in `npm start`. Cases are interleaved: each
+// round runs every case once, starting with the next case in turn; shares are medians over rounds.
 //
 // `node bench/profile.mjs` (it builds dist/ first). Needs Linux, `perf`, and root or perf_event_paranoid <= -1.
 // Env: PROFILE_RUNTIMES (default deno,bun,node), PROFILE_WORKLOADS (echo,cat), PROFILE_ROUNDS (3),

@@ -672,8 +672,9 @@ describe(`${HOST} host, pool lifecycle`, () => {
     const other = HOST === "bun" ? "node" : "bun";
     const [exe, ...args] = hostArgv(fixture("runtime_not_on_path.ts"), other);
     // The lookup fails before the start's first await; if the pool started it again at once, for ever, the script
-    // would spin without end and the timeout would fail this test with ERR_TIMEOUT.
-    const out = await pool.command(exe, { args, env: { PATH: scratch }, timeout: 30_000 }).output();
+    // would spin without end (it takes well under a second otherwise) and the timeout would fail this test with
+    // ERR_TIMEOUT.
+    const out = await pool.command(exe, { args, env: { PATH: scratch }, timeout: 10_000 }).output();
     const lines = text(out.stdout).trim().split("\n");
     assert.equal(lines.length, 2, text(out.stdout) + text(out.stderr));
     for (const line of lines) assert.match(line, new RegExp(`^ERR_WORKER_START Cannot find "${other}" on PATH`));

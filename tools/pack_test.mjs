@@ -1,7 +1,7 @@
 // The npm package as users get it: `npm pack`, then install the tarball into a scratch Node app (npm)
 // and a scratch Bun app (`bun add`), run real commands through the pool in each (Node host with node
-// workers, with bun workers, and the node:child_process drop-in; Bun host with bun workers; Deno host, on
-// the Node app's node_modules as `deno add npm:spawnpool` gives it, with deno and with bun workers), and
+// workers, with bun workers, and the node:child_process drop-in; Bun host with bun workers; Deno host on
+// the Node app's package.json and node_modules, with deno and with bun workers), and
 // type-check both apps against the shipped .d.ts. Prints "pack test: N passed, M failed".
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
