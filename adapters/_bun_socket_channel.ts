@@ -1,8 +1,9 @@
 /**
  * A {@linkcode ByteChannel} over Bun's own socket API (`Bun.connect`): on an inherited socketpair end, or
  * connected to the host's unix socket. Bun's `node:net` is a stream layer on top of the same sockets; going
- * under it saves the stream machinery, and a copy of what is written, on every read and write, on both ends
- * of a Bun host's or Bun worker's channel.
+ * under it saves the stream machinery on every read and write, on both ends of a Bun host's or Bun worker's
+ * channel (on a Deno host, a Bun worker's CPU per 163 KB result went from 933-1,133 µs to 633-867: README,
+ * Measured).
  *
  * Bun's `socket.write` writes what the kernel takes and returns the count; the rest waits here, in order,
  * until the socket drains.
