@@ -194,7 +194,7 @@ export const denoAdapter: Adapter = {
     };
   },
 
-  async connectToHost(kind) {
+  connectToHost(kind) {
     // Deno's spawn would leak an inherited fd 3 into every command, so a Deno worker always uses "unix".
     if (kind !== "unix") return Promise.reject(new Error(`A Deno worker cannot use the "${kind}" channel`));
     return connectFromBootstrap(async (path) =>
