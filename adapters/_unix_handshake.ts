@@ -236,7 +236,7 @@ export async function connectedPair(
 }
 
 /** Worker side: reads the bootstrap line from stdin and lets stdin go. */
-export function readBootstrapLine(): Promise<string> {
+function readBootstrapLine(): Promise<string> {
   return new Promise<string>((resolve, reject) => {
     let text = "";
     const decoder = new TextDecoder();
@@ -254,7 +254,7 @@ export function readBootstrapLine(): Promise<string> {
 }
 
 /** Parses a bootstrap line into the socket path and the secret. */
-export function parseBootstrap(line: string): { path: string; secret: Uint8Array } {
+function parseBootstrap(line: string): { path: string; secret: Uint8Array } {
   const parsed = JSON.parse(line) as { path?: unknown; secret?: unknown };
   if (typeof parsed.path !== "string" || typeof parsed.secret !== "string") {
     throw new TypeError("Malformed bootstrap line");

@@ -284,11 +284,9 @@ export class Execution implements RequestSink {
    * grandchild can hold a pipe); rejects with a {@linkcode SpawnError} or a pool error if that never comes.
    */
   get exited(): Promise<ExitInfo> {
-    // Done without an exit: it failed, and `completed` was rejected with the failure.
-    if (this.#exitedDeferred === undefined && this.#done && this.#exitInfo === undefined) {
-      return this.#completed.promise as Promise<never>;
-    }
     if (this.#exitedDeferred === undefined) {
+      // Done without an exit: it failed, and `completed` was rejected with the failure.
+      if (this.#done && this.#exitInfo === undefined) return this.#completed.promise as Promise<never>;
       this.#exitedDeferred = new Deferred<ExitInfo>();
       if (this.#exitInfo !== undefined) this.#exitedDeferred.resolve(this.#exitInfo);
     }

@@ -393,16 +393,15 @@ export function concatBytes(chunks: readonly Uint8Array[], total?: number): Uint
   return out;
 }
 
-/** What {@linkcode keepBytes} gives for an empty view: keeping it would pin the buffer it views. */
-const NO_BYTES = new Uint8Array(0);
-
 /**
  * A received payload (or part of one) as bytes the receiver may keep: a copy when it is `lent` (its buffer
  * is about to be overwritten) or a small part of a larger buffer, which keeping would pin; otherwise the
  * view itself, as a plain `Uint8Array`.
  */
 export function keepBytes(view: Uint8Array, lent = false): Uint8Array {
-  if (view.byteLength === 0) return NO_BYTES;
+  // An empty view gets an empty buffer of its own: keeping the view would pin its buffer, and one empty array
+  // shared by every result would be detached for all of them by a user who transfers one.
+  if (view.byteLength === 0) return new Uint8Array(0);
   if (lent || view.byteLength * 2 < view.buffer.byteLength) return new Uint8Array(view);
   return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 }

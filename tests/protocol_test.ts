@@ -191,6 +191,15 @@ describe("payload bytes: no copies on the way, none kept that pin more", () => {
     assert.equal(concatBytes(encodeExit(status)).byteLength, 8 + encodeJson(status).byteLength);
   });
 
+  it("keepBytes gives each empty output a buffer of its own, which pins nothing", () => {
+    const big = new Uint8Array(64 * 1024);
+    const [a, b] = [keepBytes(big.subarray(5, 5)), keepBytes(big.subarray(9, 9), true)];
+    assert.equal(a.buffer.byteLength, 0, "an empty output must not pin the read buffer");
+    assert.notEqual(a.buffer, b.buffer, "transferring one empty output must not detach another");
+    structuredClone(a, { transfer: [a.buffer as ArrayBuffer] });
+    assert.equal((b.buffer as ArrayBuffer).detached, false);
+  });
+
   it("keepBytes copies a small view out of a large buffer, and keeps a view that spans most of one", () => {
     const big = new Uint8Array(64 * 1024).fill(7);
     const small = keepBytes(big.subarray(100, 103));
