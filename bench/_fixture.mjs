@@ -90,3 +90,37 @@ export function countOf(name, fallback, min = 1) {
   }
   return value;
 }
+
+/**
+ * The arguments that run `script` under `runtime` from this checkout (Deno with every permission).
+ * @param {"deno" | "bun" | "node"} runtime
+ * @param {string} script
+ * @returns {string[]}
+ */
+export function scriptArgs(runtime, script) {
+  return runtime === "deno" ? ["run", "-A", "--quiet", script] : [script];
+}
+
+/**
+ * Waits until `child` (its stdout piped) prints "ready" as its first line. Resolves with `exited`, which settles
+ * when it closes (rejecting unless it exited with 0), and `stdout()`, what it printed so far. Rejects if it fails
+ * to start or exits before it is ready.
+ * @param {import("node:child_process").ChildProcess} child
+ * @param {string} name how errors name it
+ * @returns {Promise<{ exited: Promise<void>, stdout: () => string }>}
+ */
+export async function untilReady(child, name) {
+  let output = "";
+  const exited = new Promise((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", (code) => code === 0 ? resolve() : reject(new Error(`${name} exited with ${code}`)));
+  });
+  await new Promise((resolve, reject) => {
+    child.stdout.setEncoding("utf8").on("data", (text) => {
+      output += text;
+      if (output.startsWith("ready\n")) resolve();
+    });
+    exited.then(() => reject(new Error(`${name} exited before it was ready`)), reject);
+  });
+  return { exited, stdout: () => output };
+}

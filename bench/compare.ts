@@ -26,7 +26,16 @@ import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import type { RuntimeName } from "../mod.ts";
-import { catFixtureBytes, countOf, epochNow, median, percentile, sampleLag, writeCatFixture } from "./_fixture.mjs";
+import {
+  catFixtureBytes,
+  countOf,
+  epochNow,
+  median,
+  percentile,
+  sampleLag,
+  untilReady,
+  writeCatFixture,
+} from "./_fixture.mjs";
 import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput, processCpu } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
@@ -111,25 +120,13 @@ async function startLagProbe(): Promise<{ p99s(windows: Array<[number, number]>)
   const script = fileURLToPath(new URL("./_lag_probe.mjs", import.meta.url).href);
   const args = HOST === "deno" ? ["run", "--quiet", "--no-config", script] : [script];
   const probe = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
-  let output = "";
-  probe.stdout!.setEncoding("utf8");
-  const exited = new Promise<void>((resolve, reject) => {
-    probe.on("error", reject);
-    probe.on("close", (code) => code === 0 ? resolve() : reject(new Error(`the lag probe exited with ${code}`)));
-  });
-  await new Promise<void>((resolve, reject) => {
-    probe.stdout!.on("data", (text: string) => {
-      output += text;
-      if (output.startsWith("ready\n")) resolve();
-    });
-    exited.then(() => reject(new Error("the lag probe exited before it was ready")), reject);
-  });
+  const { exited, stdout } = await untilReady(probe, "the lag probe");
   return {
     async p99s(windows) {
       probe.stdin!.on("error", () => {}); // a probe that died is reported by `exited`
       probe.stdin!.end(`${JSON.stringify(windows)}\n`);
       await exited;
-      return JSON.parse(output.slice("ready\n".length));
+      return JSON.parse(stdout().slice("ready\n".length));
     },
   };
 }

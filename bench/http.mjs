@@ -9,9 +9,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { bin, buildDist, root } from "../tools/setup.mjs";
-import { writeCatFixture } from "./_fixture.mjs";
+import { countOf, scriptArgs, writeCatFixture } from "./_fixture.mjs";
 
-const SECONDS = Number(process.env.BENCH_HTTP_SECONDS ?? 8);
+const SECONDS = countOf("BENCH_HTTP_SECONDS", 8);
 const CONNECTIONS = 30;
 
 function which(name) {
@@ -76,11 +76,12 @@ buildDist(); // Bun and Node servers run the npm build, as their users do (bench
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-http-"));
 const catFile = writeCatFixture(scratch);
 
+const server = "bench/http_server.ts";
 const hosts = [
-  { label: "deno", cmd: "deno", args: ["run", "-A", "--quiet", "bench/http_server.ts"] },
-  { label: "bun", cmd: "bun", args: ["bench/http_server.ts"] },
-  { label: "node", cmd: "node", args: ["bench/http_server.ts"] },
-  { label: "node host, bun workers", cmd: "node", args: ["bench/http_server.ts"], env: { BENCH_WORKERS: "bun" } },
+  { label: "deno", cmd: "deno", args: scriptArgs("deno", server) },
+  { label: "bun", cmd: "bun", args: scriptArgs("bun", server) },
+  { label: "node", cmd: "node", args: scriptArgs("node", server) },
+  { label: "node host, bun workers", cmd: "node", args: scriptArgs("node", server), env: { BENCH_WORKERS: "bun" } },
 ];
 
 function startServer(host, mode) {

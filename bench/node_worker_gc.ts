@@ -13,7 +13,7 @@ import process from "node:process";
 import type { Pool as PoolType } from "../mod.ts";
 import { CAT_BYTES, countOf, median, writeCatFixture } from "./_fixture.mjs";
 import { loadSpawnpool, processCpu } from "./_spawners.ts";
-import { rssAnonBytes } from "../tests/_helpers.ts";
+import { rssAnonBytes } from "../tests/_proc.ts";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 9, 3); // rounds 1 and 2 are a warm-up
 const { Pool } = await loadSpawnpool();

@@ -13,7 +13,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { countOf, median } from "./_fixture.mjs";
+import { countOf, median, scriptArgs, untilReady } from "./_fixture.mjs";
 import { bin, buildDist, root } from "../tools/setup.mjs";
 
 const listOf = (name, fallback, allowed) =>
@@ -46,7 +46,6 @@ process.on("exit", () => rmSync(scratch, { recursive: true, force: true }));
 async function recordCase({ runtime, mode, workers, workload }, n) {
   const data = join(scratch, `perf-${n}.data`);
   const script = "bench/_profile_load.ts";
-  const args = runtime === "deno" ? ["run", "-A", "--quiet", script] : [script];
   const env = {
     ...process.env,
     PATH: `${bin}:${process.env.PATH}`,
@@ -55,26 +54,19 @@ async function recordCase({ runtime, mode, workers, workload }, n) {
     PROFILE_WORKLOAD: workload,
     PROFILE_SECONDS: String(SECONDS + 2),
   };
-  const load = spawn(join(bin, runtime), args, { cwd: root, env, stdio: ["ignore", "pipe", "inherit"] });
-  let stdout = "";
-  const done = new Promise((resolve, reject) => {
-    load.on("error", reject);
-    load.on("close", (code) => code === 0 ? resolve() : reject(new Error(`the ${runtime} load exited with ${code}`)));
+  const load = spawn(join(bin, runtime), scriptArgs(runtime, script), {
+    cwd: root,
+    env,
+    stdio: ["ignore", "pipe", "inherit"],
   });
-  // The load prints "ready" once warm; a load that ends first rejects here through `done`.
-  await new Promise((resolve, reject) => {
-    load.stdout.setEncoding("utf8").on("data", (text) => {
-      stdout += text;
-      if (stdout.startsWith("ready\n")) resolve();
-    });
-    done.then(() => reject(new Error(`the ${runtime} load exited before it was ready`)), reject);
-  });
+  // The load prints "ready" once warm.
+  const { exited, stdout } = await untilReady(load, `the ${runtime} load`);
   // perf's messages (no permission, no such event) are in the error it throws.
   execFileSync("perf", ["record", "-a", "-F", String(FREQUENCY), "-o", data, "--", "sleep", String(SECONDS)], {
     stdio: ["ignore", "ignore", "pipe"],
   });
-  await done;
-  const result = JSON.parse(stdout.trim().split("\n").pop());
+  await exited;
+  const result = JSON.parse(stdout().trim().split("\n").pop());
   const text = execFileSync("perf", ["script", "-i", data, "-F", "comm,pid,tid,ip,sym,dso"], {
     encoding: "utf8",
     maxBuffer: 1 << 30,

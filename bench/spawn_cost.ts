@@ -33,7 +33,7 @@
 import process from "node:process";
 import { countOf, median } from "./_fixture.mjs";
 import { HOST } from "./_spawners.ts";
-import { openFds } from "../tests/_helpers.ts";
+import { openFds } from "../tests/_proc.ts";
 
 const SPAWNS = countOf("BENCH_SPAWNS", 1500);
 const ROUNDS = countOf("BENCH_ROUNDS", 5);

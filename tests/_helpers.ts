@@ -4,11 +4,13 @@
  * @module
  */
 
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { detectRuntime } from "../adapters/runtime.ts";
 import { encodeHeader, type FrameType } from "../core/frame.ts";
+
+export { openFds, rssAnonBytes, rssBytes } from "./_proc.ts";
 
 /** The runtime running the tests. */
 export const HOST: "deno" | "bun" | "node" = detectRuntime();
@@ -70,32 +72,6 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, failure: string)
     promise,
     new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(failure)), ms))),
   ]).finally(() => clearTimeout(timer));
-}
-
-/** This process's open fds and what each refers to ("?" for one closed while listing). */
-export function openFds(): Array<[fd: string, target: string]> {
-  return readdirSync("/proc/self/fd").map((fd) => {
-    try {
-      return [fd, readlinkSync(`/proc/self/fd/${fd}`)];
-    } catch {
-      return [fd, "?"];
-    }
-  });
-}
-
-/** A process's resident memory in bytes, from /proc. */
-export function rssBytes(pid: number): number {
-  return statusBytes(pid, "VmRSS");
-}
-
-/** A process's resident anonymous memory (its heaps: what a fork copies the page tables of), from /proc. */
-export function rssAnonBytes(pid: number): number {
-  return statusBytes(pid, "RssAnon");
-}
-
-function statusBytes(pid: number, field: string): number {
-  const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith(`${field}:`));
-  return Number(line!.split(/\s+/)[1]) * 1024;
 }
 
 /** One whole frame as bytes, header and payload, as a worker or an attacker would write it. */

@@ -5,7 +5,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { median, writeCatFixture } from "../bench/_fixture.mjs";
+import { median, scriptArgs, writeCatFixture } from "../bench/_fixture.mjs";
 import { bin, buildDist, root } from "./setup.mjs";
 
 buildDist(); // Bun and Node measure the npm build, as their users run it (bench/_spawners.ts)
@@ -19,11 +19,16 @@ const runs = [
   {
     label: `deno (pools: ${denoPools})`,
     cmd: "deno",
-    args: ["run", "-A", "--quiet", script],
+    args: scriptArgs("deno", script),
     env: { BENCH_POOLS: denoPools },
   },
-  { label: "bun", cmd: "bun", args: [script] },
-  { label: `node (pools: ${nodePools})`, cmd: "node", args: [script], env: { BENCH_POOLS: nodePools } },
+  { label: "bun", cmd: "bun", args: scriptArgs("bun", script) },
+  {
+    label: `node (pools: ${nodePools})`,
+    cmd: "node",
+    args: scriptArgs("node", script),
+    env: { BENCH_POOLS: nodePools },
+  },
 ];
 
 /** A row group's name: the host, and how it pooled when that is not its own runtime's `output()`. */
