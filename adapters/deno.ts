@@ -9,6 +9,7 @@ import process from "node:process";
 import { type Adapter, type ByteChannel, LENDING_READ_BYTES, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
+import { admitRun } from "./_deno_permissions.ts";
 import { killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
@@ -130,6 +131,8 @@ function listenForWorker(): PendingWorker {
 export const denoAdapter: Adapter = {
   runtime: "deno",
   socketpair: { host: false, worker: false },
+
+  admit: admitRun,
 
   workerArgs(entry) {
     return [

@@ -7,7 +7,7 @@
 import type { Adapter, RuntimeName, WorkerLaunch } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
 import type { Execution, Scheduler } from "./execution.ts";
-import { encodeJson, Frame } from "./frame.ts";
+import { encodeJson, Frame, type SpawnRequest } from "./frame.ts";
 import { WorkerHandle } from "./worker_handle.ts";
 
 /** What the pool needs from the world outside the core; supplied by the runtime-detecting entry. */
@@ -142,6 +142,11 @@ export class PoolCore implements Scheduler {
     this.#fill();
     if (this.#ready.length >= this.#size) return;
     await new Promise<void>((resolve, reject) => this.#readyWaiters.push({ resolve, reject }));
+  }
+
+  /** @internal Applies the host runtime's rules for starting a command (a Deno host's run permission). */
+  admit(request: SpawnRequest): void {
+    this.#platform.host.admit?.(request);
   }
 
   /** @internal Schedules an execution: to the least busy ready worker, or the queue. */

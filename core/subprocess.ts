@@ -221,6 +221,17 @@ export class PooledSubprocess {
   unref(): void {
     this.#execution.unref();
   }
+
+  /**
+   * Kills the command with SIGTERM unless it has exited, and waits for its exit: what `await using proc =
+   * spawn(...)` does at the end of its block, as with Bun's `Subprocess`. (Bun's has no `Symbol.dispose`, so
+   * neither has this: a plain `using` is a TypeError in both.) Never rejects: a command that could not start
+   * has nothing to wait for.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.kill();
+    await this.exited.catch(() => {});
+  }
 }
 
 function fileSink(stdin: WritableStream<Uint8Array>): PooledFileSink {

@@ -308,6 +308,39 @@ for (const runtime of WORKERS) {
       assert.equal(await proc.exited, 143);
     });
 
+    it("Bun shape: `await using` kills a running command with SIGTERM and waits for its exit; after exit it does nothing", async () => {
+      let proc: ReturnType<typeof pool.spawn>;
+      let pid = 0;
+      {
+        await using running = pool.spawn(["sleep", "30"]);
+        proc = running;
+        pid = await running.spawned;
+      }
+      assert.deepEqual([proc.exitCode, proc.signalCode, proc.killed], [null, "SIGTERM", true]);
+      assert.deepEqual(await survivors([pid]), []);
+      let done: ReturnType<typeof pool.spawn>;
+      {
+        await using finished = pool.spawn(["sh", "-c", "exit 4"]);
+        done = finished;
+        assert.equal(await finished.exited, 4);
+      }
+      assert.deepEqual([done.exitCode, done.signalCode, done.killed], [4, null, false]);
+      {
+        // A command that could not start: disposal neither throws nor waits.
+        await using missing = pool.spawn(["/nonexistent/command"]);
+        await assert.rejects(missing.exited);
+      }
+    });
+
+    it("status (Deno shape) and exited (Bun shape) never settle before the pid is known", async () => {
+      const child = pool.command("true").spawn();
+      const pidAtStatus = await child.status.then(() => child.pid);
+      assert.ok(typeof pidAtStatus === "number" && pidAtStatus > 0, `pid at status: ${pidAtStatus}`);
+      const proc = pool.spawn(["true"]);
+      const pidAtExited = await proc.exited.then(() => proc.pid);
+      assert.ok(typeof pidAtExited === "number" && pidAtExited > 0, `pid at exited: ${pidAtExited}`);
+    });
+
     it("AbortSignal kills the command with SIGTERM", async () => {
       const controller = new AbortController();
       const child = pool.command("sleep", { args: ["30"], signal: controller.signal }).spawn();
