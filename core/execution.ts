@@ -41,6 +41,11 @@ export interface Scheduler {
    * throws as the runtime's own spawn would.
    */
   admit?(request: SpawnRequest): void;
+  /**
+   * The failure a spawn of `request` is certain to meet, as far as the host can tell at once (a program not on
+   * PATH, a missing cwd): for the shapes whose runtime throws those at the call.
+   */
+  preflight?(request: SpawnRequest): SpawnFailure | undefined;
   /** Assigns the execution a worker (now or when one is ready) and sends its spawn frame. */
   submit(execution: Execution): void;
 }

@@ -211,7 +211,9 @@ describe("a Deno host's run permission binds every pooled command", () => {
   });
 
   it("an unscoped --allow-run runs any command, loader variables included", async () => {
-    const { out } = await deno(["--allow-run", ...rest], permissionProbe("deno", ["basename"], { LD_LIBRARY_PATH: "/nowhere" }),
+    const { out } = await deno(
+      ["--allow-run", ...rest],
+      permissionProbe("deno", ["basename"], { LD_LIBRARY_PATH: "/nowhere" }),
     );
     assert.deepEqual(out.trim().split("\n"), PATHS.map((path) => `${path} basename ok x`));
   });
