@@ -566,7 +566,7 @@ describe("request ids", () => {
     await worker.ready;
     const completed: number[] = [];
     const sink = (name: number) =>
-      ({ pid: undefined, onExit: () => void completed.push(name) }) as unknown as RequestSink;
+      ({ pid: 5000 + name, onExit: () => void completed.push(name) }) as unknown as RequestSink; // spawned already
     const exit = (id: number) =>
       push(frame(Frame.Exit, id, concatBytes(encodeExit({ code: 0, signal: null, reason: null }))));
     assert.deepEqual([worker.begin(sink(1), false), worker.begin(sink(2), false), worker.begin(sink(3), false)], [
@@ -599,6 +599,11 @@ describe("a live worker that breaks the protocol", () => {
     ["unknown-request", "ERR_PROTOCOL"],
     ["malformed-exit", "ERR_PROTOCOL"],
     ["random-bytes", "ERR_PROTOCOL"],
+    ["pid-0", "ERR_PROTOCOL"],
+    ["pid-1", "ERR_PROTOCOL"],
+    ["pid-worker", "ERR_PROTOCOL"],
+    ["spawned-twice", "ERR_PROTOCOL"],
+    ["exit-before-spawned", "ERR_PROTOCOL"],
     ["truncated-then-exit", "ERR_WORKER_DIED"],
     ["close-channel", "ERR_WORKER_DIED"],
   ];
