@@ -9,9 +9,12 @@ import { SpawnError, type SpawnPoolError } from "./errors.ts";
 import {
   concatBytes,
   encodeCredit,
+  encodeJson,
   type ExitInfo,
   FD_PAYLOAD,
   Frame,
+  MAX_PAYLOAD_BYTES,
+  ProtocolError,
   type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
@@ -213,6 +216,8 @@ export class Execution implements RequestSink {
   id = 0;
   /** What was asked of the worker. */
   readonly request: SpawnRequest;
+  /** The spawn frame's payload: the request as JSON, encoded once. */
+  readonly payload: Uint8Array;
   /** Resolves with the pid once the worker started the child; rejects with a {@linkcode SpawnError} or a pool error. */
   readonly spawned: Promise<number>;
   /** Resolves when the request completed; rejects with a {@linkcode SpawnError} or a pool error. */
@@ -238,6 +243,10 @@ export class Execution implements RequestSink {
   #stdin: WritableStream<Uint8Array> | undefined;
   #stdinWritable: boolean;
   #collected: [Uint8Array[], Uint8Array[], Uint8Array[]] = [[], [], []];
+  /** Streamed bytes received per stream and not yet credited back: never more than the window a worker may use. */
+  #unacked: [number, number, number] = [0, 0, 0];
+  /** Buffered bytes received: never more than `maxBuffer`, past which the worker must stop the command. */
+  #collectedBytes = 0;
   #acks: Array<Deferred<boolean>> = [];
   #ref = true;
   #done = false;
@@ -257,7 +266,10 @@ export class Execution implements RequestSink {
       for (const fd of [1, 2] as const) {
         if ((fd === 1 ? request.stdout : request.stderr) !== "piped") continue;
         const controls: OutputControls = {
-          credit: (bytes) => this.#send(Frame.Credit, encodeCredit(fd, bytes)),
+          credit: (bytes) => {
+            this.#unacked[fd] = Math.max(0, this.#unacked[fd] - bytes);
+            this.#send(Frame.Credit, encodeCredit(fd, bytes));
+          },
           release: () => {
             if (!this.#done) this.#send(Frame.Release, FD_PAYLOAD[fd]);
           },
@@ -269,6 +281,20 @@ export class Execution implements RequestSink {
     }
     this.stdout = streams[1]?.readable;
     this.stderr = streams[2]?.readable;
+    this.payload = encodeJson(request);
+    if (this.payload.byteLength > MAX_PAYLOAD_BYTES) {
+      // Sent, it would end the worker's channel and every command on it: it fails alone, as an exec past the
+      // system's limit on arguments would.
+      const failure = {
+        code: "E2BIG",
+        errno: -7,
+        message: `Argument list too long: the request's arguments, environment and options take ` +
+          `${this.payload.byteLength} bytes, more than a frame's ${MAX_PAYLOAD_BYTES}`,
+      };
+      this.#stdinWritable = false;
+      this.#fail(new SpawnError(failure, request.cmd, request.args));
+      return;
+    }
     this.#stdinWritable = request.stdin === "piped" && options.stdinSource === undefined;
     if (request.stdin === "piped" && options.stdinSource !== undefined) void this.#pumpStdin(options.stdinSource);
     const signal = options.signal;
@@ -356,8 +382,29 @@ export class Execution implements RequestSink {
   /** @internal */
   onData(fd: StreamFd, chunk: Uint8Array): void {
     const stream = this.#outputs[fd];
-    if (stream !== undefined) stream.push(chunk);
-    else this.#collected[fd].push(chunk);
+    if (stream !== undefined) {
+      this.#unacked[fd] += chunk.byteLength;
+      if (this.#unacked[fd] > this.request.window) {
+        throw new ProtocolError(
+          `Worker sent ${
+            this.#unacked[fd]
+          } bytes of stream ${fd} ahead of credit, past the ${this.request.window}-byte window`,
+        );
+      }
+      stream.push(chunk);
+    } else {
+      this.#checkBuffered(chunk.byteLength);
+      this.#collected[fd].push(chunk);
+    }
+  }
+
+  /** Counts buffered output: a worker that sends more than `maxBuffer` broke the protocol (it must stop there). */
+  #checkBuffered(bytes: number): void {
+    this.#collectedBytes += bytes;
+    const { maxBuffer } = this.request;
+    if (maxBuffer !== undefined && this.#collectedBytes > maxBuffer) {
+      throw new ProtocolError(`Worker sent ${this.#collectedBytes} bytes of output, past maxBuffer ${maxBuffer}`);
+    }
   }
 
   /** @internal */
@@ -372,6 +419,7 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void {
+    this.#checkBuffered(stdout.byteLength + stderr.byteLength);
     this.#outputs[1]?.end();
     this.#outputs[2]?.end();
     if (stdout.byteLength > 0) this.#collected[1].push(stdout);

@@ -252,9 +252,12 @@ export class WorkerHandle {
         return sink.onExited(decodeExit(payload).info);
       case Frame.Exit: {
         const { info, stdout, stderr } = decodeExit(payload);
+        // Handed over first: a sink that finds the frame breaks the protocol throws, and the request is still here
+        // for the shutdown to fail.
+        sink.onExit(info, keepBytes(stdout, lent), keepBytes(stderr, lent));
         this.#requests.delete(id);
         this.completed++;
-        return sink.onExit(info, keepBytes(stdout, lent), keepBytes(stderr, lent));
+        return;
       }
       default:
         throw new ProtocolError(`Unknown frame type ${type}`);

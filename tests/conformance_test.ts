@@ -69,6 +69,22 @@ for (const runtime of WORKERS) {
       assert.equal(text(out.stdout), args.map((a) => `[${a}]\n`).join(""));
     });
 
+    it("a request larger than a frame fails alone with E2BIG; the commands on its worker go on", async () => {
+      const own = new Pool({ size: 1, runtime });
+      try {
+        const running = own.command("sh", { args: ["-c", "sleep 0.3; echo still here"] }).output();
+        const huge = "x".repeat(65 * 1024 * 1024);
+        const error = await own.spawn(["echo", huge]).exited.then(() => null, (e) => e);
+        assert.ok(error instanceof SpawnError, String(error));
+        assert.equal(error.code, "E2BIG");
+        await assert.rejects(own.command("echo", { env: { HUGE: huge } }).output(), { code: "E2BIG" });
+        assert.equal(text((await running).stdout), "still here\n");
+        assert.equal(own.stats().started, 1, "no worker was lost");
+      } finally {
+        await own.close();
+      }
+    });
+
     it("passes 5,000 arguments", async () => {
       const args = Array.from({ length: 5000 }, (_, i) => `arg-${i}`);
       const out = await pool.command("sh", { args: ["-c", 'echo "$#:$1:${5000}"', "sh", ...args] }).output();
