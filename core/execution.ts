@@ -5,7 +5,7 @@
  * @module
  */
 
-import { SpawnError, type SpawnPoolError } from "./errors.ts";
+import { SpawnError, SpawnPoolError } from "./errors.ts";
 import {
   concatBytes,
   encodeCredit,
@@ -19,6 +19,7 @@ import {
   type SpawnRequest,
   type StreamFd,
 } from "./frame.ts";
+import { MAX_TIMER_MS } from "./options.ts";
 import type { RequestSink, WorkerHandle } from "./worker_handle.ts";
 
 /** Size of stdin chunks sent to a worker. */
@@ -52,6 +53,12 @@ export interface Scheduler {
   /** Assigns the execution a worker (now or when one is ready) and sends its spawn frame. */
   submit(execution: Execution): void;
 }
+
+/**
+ * How long past a command's timeout and forced kill the host waits for its worker to report the exit before it
+ * stops waiting for that worker (`Execution.#overdue`). Generous: a worker on a loaded machine is slow, not stuck.
+ */
+const BACKSTOP_GRACE_MS = 2000;
 
 class Deferred<T> {
   promise: Promise<T>;
@@ -247,6 +254,8 @@ export class Execution implements RequestSink {
   #unacked: [number, number, number] = [0, 0, 0];
   /** Buffered bytes received: never more than `maxBuffer`, past which the worker must stop the command. */
   #collectedBytes = 0;
+  /** The host's own deadline for a command with a timeout, in case its worker cannot keep it (`#overdue`). */
+  #backstop: ReturnType<typeof setTimeout> | undefined;
   #acks: Array<Deferred<boolean>> = [];
   #ref = true;
   #done = false;
@@ -314,6 +323,32 @@ export class Execution implements RequestSink {
     this.id = worker.begin(this, this.#ref);
     this.#worker = worker;
     this.#assigned.resolve(worker);
+    const { timeout, forceKillAfterDelay } = this.request;
+    if (timeout !== undefined) {
+      const delay = Math.min(timeout + forceKillAfterDelay + BACKSTOP_GRACE_MS, MAX_TIMER_MS);
+      this.#backstop = setTimeout(() => this.#overdue(), delay);
+      (this.#backstop as { unref?: () => void }).unref?.(); // the request itself keeps the host alive
+    }
+  }
+
+  /**
+   * The worker did not report the exit of a command with a timeout, long after it should have stopped it: a worker
+   * that is stopped (SIGSTOP), stuck or broken. The caller is not left waiting on it: the request fails with
+   * ERR_TIMEOUT and the host kills the command's process group itself.
+   */
+  #overdue(): void {
+    this.#backstop = undefined;
+    if (this.#done || this.#exitInfo !== undefined) return;
+    const { cmd, timeout } = this.request;
+    const pid = this.pid;
+    this.#fail(
+      new SpawnPoolError(
+        "ERR_TIMEOUT",
+        `Command "${cmd}" timed out (${timeout} ms) and its worker did not stop it; the host killed it`,
+        { command: cmd },
+      ),
+    );
+    if (pid !== undefined) this.#worker?.killCommand(pid);
   }
 
   /**
@@ -361,6 +396,8 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onSpawned(pid: number): void {
+    // Started after the host gave up on it (its worker was stopped past the timeout): nobody waits for it.
+    if (this.#done) return this.#worker?.killCommand(pid);
     this.pid = pid;
     this.#spawned.resolve(pid);
     this.#events?.spawned(pid);
@@ -370,6 +407,8 @@ export class Execution implements RequestSink {
   onExited(info: ExitInfo): void {
     if (this.#exitInfo !== undefined || this.#done) return;
     this.#exitInfo = info;
+    if (this.#backstop !== undefined) clearTimeout(this.#backstop);
+    this.#backstop = undefined;
     this.#exitedDeferred?.resolve(info);
     this.#events?.exited(info);
   }
@@ -381,6 +420,7 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onData(fd: StreamFd, chunk: Uint8Array): void {
+    if (this.#done) return; // late output of a request the host gave up on
     const stream = this.#outputs[fd];
     if (stream !== undefined) {
       this.#unacked[fd] += chunk.byteLength;
@@ -419,6 +459,7 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void {
+    if (this.#done) return; // the late end of a request the host gave up on
     this.#checkBuffered(stdout.byteLength + stderr.byteLength);
     this.#outputs[1]?.end();
     this.#outputs[2]?.end();
@@ -450,6 +491,8 @@ export class Execution implements RequestSink {
 
   #finish(): void {
     this.#done = true;
+    if (this.#backstop !== undefined) clearTimeout(this.#backstop);
+    this.#backstop = undefined;
     this.#signal?.removeEventListener("abort", this.#onAbort);
     for (const ack of this.#acks.splice(0)) ack.resolve(false);
     if (this.#ref) this.#worker?.unrefRequest();
@@ -519,11 +562,17 @@ export class Execution implements RequestSink {
 
   #writableStdin(): WritableStream<Uint8Array> {
     return new WritableStream<Uint8Array>({
-      write: async (chunk) => {
-        if (!(chunk instanceof Uint8Array)) {
-          throw new TypeError("Stdin accepts Uint8Array chunks only");
+      write: async (chunk: unknown) => {
+        let bytes: Uint8Array;
+        if (chunk instanceof Uint8Array) bytes = chunk;
+        else if (chunk instanceof ArrayBuffer) bytes = new Uint8Array(chunk);
+        else if (ArrayBuffer.isView(chunk)) bytes = new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+        else {
+          // The stream errors, and (as with Deno's own) the command's stdin closes rather than stay open for ever.
+          this.endStdin();
+          throw new TypeError("Expected ArrayBuffer or ArrayBufferView for write chunk");
         }
-        if (!(await this.write(chunk))) {
+        if (!(await this.write(bytes))) {
           const error = new Error("Broken pipe: the child closed its stdin") as Error & { code: string };
           error.name = "BrokenPipe";
           error.code = "EPIPE";

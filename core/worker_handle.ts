@@ -204,6 +204,11 @@ export class WorkerHandle {
     }
   }
 
+  /** SIGKILLs a command of this worker's (its process group) from the host: one its worker failed to stop. */
+  killCommand(pid: number): void {
+    this.process.killCommands([pid]);
+  }
+
   /** Closes the channel; the worker kills its children and exits. In-flight requests fail with `error`. */
   close(error: SpawnPoolError): void {
     this.#shutdown(error);

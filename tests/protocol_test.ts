@@ -557,6 +557,7 @@ describe("request ids", () => {
       exited: new Promise(() => {}),
       kill: () => {},
       killOrphans: () => {},
+      killCommands: () => {},
       ref: () => {},
       unref: () => {},
     };
