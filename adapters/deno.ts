@@ -10,7 +10,7 @@ import { type Adapter, type ByteChannel, LENDING_READ_BYTES, type SpawnedChild, 
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
-import { killGroups, killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
   connectFromBootstrap,
@@ -195,7 +195,6 @@ export const denoAdapter: Adapter = {
         }
       },
       killOrphans: orphanKiller(launch.ownGroup, child.pid),
-      killCommands: killGroups,
       ref: () => child.ref(),
       unref: () => child.unref(),
     };
