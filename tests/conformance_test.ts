@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { spawn as nodeSpawn, spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, realpathSync, writeFileSync } from "node:fs";
+import { chmodSync, closeSync, mkdtempSync, openSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -602,7 +602,7 @@ for (const runtime of WORKERS) {
       assert.throws(() => pool.command("echo", { forceKillAfterDelay: Number.MAX_SAFE_INTEGER }), RangeError);
       assert.throws(() => pool.spawn([]), TypeError);
       assert.throws(() => pool.spawn("echo" as unknown as string[]), TypeError);
-      assert.throws(() => pool.spawn(["sleep", "1"], { stdin: 5 as unknown as "pipe" }), TypeError);
+      assert.throws(() => pool.spawn(["sleep", "1"], { stdin: 5.5 as unknown as "pipe" }), TypeError);
       assert.throws(() => pool.command("echo").outputSync(), TypeError);
       assert.throws(() => new Pool({ size: 0 }), RangeError);
       assert.throws(() => new Pool({ runtime: "python" as RuntimeName }), TypeError);
@@ -671,15 +671,38 @@ for (const runtime of WORKERS) {
       assert.deepEqual([out.code, text(out.stdout)], [0, "ab"]);
     });
 
-    it("Bun shape: stdio as the host's own descriptors (numbers, Bun.stdout) inherit; another slot's is a TypeError", async () => {
+    it("Bun shape: a slot's own descriptor (numbers, Bun.stdout) inherits; another, or a Bun.file(), is relayed in Bun", async () => {
       const proc = pool.spawn(["sh", "-c", "exit 3"], { stdin: 0, stdout: 1, stderr: 2 });
       assert.deepEqual([proc.stdin, proc.stdout, proc.stderr], [undefined, undefined, undefined]);
       assert.equal(await proc.exited, 3);
-      assert.throws(() => pool.spawn(["true"], { stdout: 2 }), /stdout cannot be the host's file descriptor 2/);
-      assert.throws(() => pool.spawn(["true"], { stdout: 7 as 1 }), /file descriptor 7/);
-      assert.throws(() => pool.spawn(["true"], { stdout: new Blob([]) as unknown as "pipe" }), /Bun\.file\(\)/);
       const echoed = pool.spawn(["cat"], { stdin: new Request("http://localhost/", { method: "POST", body: "req" }) });
       assert.equal(await new Response(echoed.stdout).text(), "req");
+      if (HOST !== "bun") {
+        // No Bun.file() to relay through: a descriptor of the host's cannot be given to a command in a pool.
+        assert.throws(() => pool.spawn(["true"], { stdout: 2 }), /stdout cannot be the host's file descriptor 2/);
+        assert.throws(() => pool.spawn(["true"], { stdin: 7 as 0 }), /stdin cannot be the host's file descriptor 7/);
+        return;
+      }
+      const Bun = (globalThis as unknown as { Bun: { file(pathOrFd: string | number): Blob } }).Bun;
+      const input = join(scratch, "relay-in");
+      const output = join(scratch, "relay-out");
+      writeFileSync(input, "from a file descriptor\n");
+      const fd = openSync(input, "r");
+      try {
+        // stdin from a descriptor of the host's, stdout to a Bun.file(path), stderr to another descriptor.
+        const errFd = openSync(join(scratch, "relay-err"), "w");
+        const relayed = pool.spawn(["sh", "-c", "cat; echo to-stderr >&2"], {
+          stdin: fd as 0,
+          stdout: Bun.file(output) as unknown as "pipe",
+          stderr: errFd as 2,
+        });
+        assert.equal(await relayed.exited, 0);
+        assert.equal(readFileSync(output, "utf8"), "from a file descriptor\n", "written before exited resolved");
+        closeSync(errFd);
+        assert.equal(readFileSync(join(scratch, "relay-err"), "utf8"), "to-stderr\n");
+      } finally {
+        closeSync(fd);
+      }
     });
 
     it("balances requests across workers", async () => {
