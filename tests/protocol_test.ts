@@ -298,6 +298,7 @@ function fakeWorker() {
         killSignal: "SIGTERM",
         forceKillAfterDelay: 5000,
         window: 1024 * 1024,
+        group: false,
         ...request,
       };
       push(frame(Frame.Spawn, id, encodeJson(full)));
@@ -488,6 +489,7 @@ describe("a spawn the adapter fails", () => {
         killSignal: "SIGTERM",
         forceKillAfterDelay: 5000,
         window: 1024 * 1024,
+        group: false,
       };
       push(frame(Frame.Spawn, 1, encodeJson(request)));
       await settle();
