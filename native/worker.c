@@ -922,6 +922,17 @@ static void start_job(struct job *job, const struct json_doc *doc) {
   needs_vfork = needs_vfork || plan.detached;
 #endif
   job->pid = needs_vfork ? vfork_exec(&plan, &err) : posix_spawn_plan(&plan, &err);
+  if (job->pid < 0 && err == ENOEXEC) {
+    /* A script without "#!": the shell runs it, as execvp (and so Node) does. */
+    char **script = xrealloc(NULL, (argc + 3) * sizeof *script);
+    script[0] = "/bin/sh";
+    script[1] = path;
+    memcpy(script + 2, argv + 1, (argc + 1) * sizeof *argv);
+    plan.path = "/bin/sh";
+    plan.argv = script;
+    job->pid = needs_vfork ? vfork_exec(&plan, &err) : posix_spawn_plan(&plan, &err);
+    free(script);
+  }
   if (job->pid < 0) goto failed;
 
   for (int fd = 0; fd < 3; fd++) {

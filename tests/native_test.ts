@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import { spawn as nodeSpawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -285,6 +285,10 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
         const error = await pool.spawn([cmd], { cwd }).exited.then(() => null, (e) => e);
         assert.ok(error instanceof SpawnError && error.code === code, `${cmd}: ${error}`);
       }
+      // A script without "#!" runs in the shell, as with Node's spawn (execvp).
+      const script = join(logs, "no-shebang");
+      writeFileSync(script, "echo from a script without a shebang\n", { mode: 0o755 });
+      assert.equal(text((await pool.command(script).output()).stdout), "from a script without a shebang\n");
       const killed = pool.spawn(["sleep", "30"]);
       await killed.spawned;
       killed.kill("SIGKILL");
@@ -294,7 +298,9 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
       process.env.UBSAN_OPTIONS = saved.UBSAN_OPTIONS ?? "";
       await pool.close();
     }
-    const reports = readdirSync(logs).map((name) => readFileSync(join(logs, name), "utf8"));
+    const reports = readdirSync(logs).filter((name) => name !== "no-shebang").map((name) =>
+      readFileSync(join(logs, name), "utf8")
+    );
     rmSync(logs, { recursive: true, force: true });
     assert.deepEqual(reports, [], "sanitizer reports");
   });
