@@ -93,6 +93,15 @@ static int64_t now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/*
+ * When a timer of `ms` milliseconds fires, as Node's setTimeout (serve.ts's timers) takes it: a delay below 1 or past
+ * 2^31 - 1 ms (NaN included) is 1 ms.
+ */
+static int64_t deadline_after(double ms) {
+  if (!(ms >= 1 && ms <= 2147483647.0)) ms = 1;
+  return now_us() + (int64_t)(ms * 1000);
+}
+
 static void put_u32(uint8_t *p, uint32_t v) {
   p[0] = (uint8_t)(v >> 24);
   p[1] = (uint8_t)(v >> 16);
@@ -464,7 +473,7 @@ static void stop_for(struct job *job, const char *reason, int sig) {
   if (job->exited || job->reason != NULL) return;
   job->reason = reason;
   kill_child(job, sig, true);
-  job->force_at = now_us() + (int64_t)(job->force_kill_ms * 1000);
+  job->force_at = deadline_after(job->force_kill_ms);
 }
 
 /* Buffered output, kept in pieces of at most MAX_CHUNK_BYTES, sent ahead before they would pass it. */
@@ -479,9 +488,12 @@ static void collect(struct job *job, int fd, const uint8_t *data, size_t len) {
   job->collected_bytes += len;
 }
 
-/* Streamed reading pauses while the host's window is full, and resumes (arming the grace) once it is not. */
+/*
+ * Streamed reading pauses while the host's window is full (less than a byte of it left: a window may be fractional),
+ * and resumes (arming the grace) once it is not.
+ */
 static void update_pause(struct job *job, int fd) {
-  bool full = job->unacked[fd] >= job->window;
+  bool full = job->window - job->unacked[fd] < 1;
   if (full == job->paused[fd]) return;
   job->paused[fd] = full;
   watch_set(&job->w_out[fd], full ? 0 : WANT_IN);
@@ -1031,7 +1043,7 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t len) {
     job->open[fd] = job->piped[fd];
     if (job->piped[fd]) watch_set(&job->w_out[fd], WANT_IN);
   }
-  if (job->has_timeout) job->timeout_at = now_us() + (int64_t)(job->timeout_ms * 1000) + 1;
+  if (job->has_timeout) job->timeout_at = deadline_after(job->timeout_ms);
 #ifdef SYS_pidfd_open
   if (use_pidfd) {
     job->w_exit.fd = (int)syscall(SYS_pidfd_open, job->pid, 0); /* close-on-exec, always */

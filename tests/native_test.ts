@@ -247,6 +247,24 @@ function creditOutput(worker: Worker): void {
   };
 }
 
+/**
+ * Runs `body` on a fresh sanitized worker whose output is credited as a host would, with a generator seeded from
+ * SPAWNPOOL_FUZZ_SEED (or the clock) and `index`; the worker is killed whatever happens.
+ */
+async function withFuzzWorker(
+  index: number,
+  body: (worker: Worker, rand: () => number, seed: number) => Promise<void>,
+): Promise<void> {
+  const seed = (Number(process.env.SPAWNPOOL_FUZZ_SEED ?? Date.now()) + index * 7919) >>> 0;
+  const worker = await startWorker();
+  try {
+    creditOutput(worker);
+    await body(worker, random(seed), seed);
+  } finally {
+    worker.kill();
+  }
+}
+
 describe(`${HOST} host, native worker under ASan and UBSan`, () => {
   it("runs pool scenarios without a sanitizer report or a leak", async () => {
     const logs = mkdtempSync(join(tmpdir(), "spawnpool-asan-"));
@@ -306,16 +324,11 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
   });
 
   it(`${HEAVY ? "100,000+" : "several thousand"} random frames: every request answered, no fd or child left over`, async () => {
-    const workers = HEAVY ? 3 : 1;
     const phases = HEAVY ? 4 : 2;
     const perPhase = HEAVY ? 9_000 : 1_500;
     let sent = 0;
-    for (let w = 0; w < workers; w++) {
-      const seed = (Number(process.env.SPAWNPOOL_FUZZ_SEED ?? Date.now()) + w * 7919) >>> 0;
-      const rand = random(seed);
-      const worker = await startWorker();
-      try {
-        creditOutput(worker);
+    for (let w = 0; w < (HEAVY ? 3 : 1); w++) {
+      await withFuzzWorker(w, async (worker, rand, seed) => {
         const fds: number[] = [];
         let firstId = 1;
         for (let phase = 0; phase < phases; phase++) {
@@ -361,9 +374,7 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
         if (w === 0) console.log(`fuzz worker frames by type: ${JSON.stringify([...worker.counts])}`);
         worker.channel.close();
         await expectExit(worker, [0], `seed ${seed}`);
-      } finally {
-        worker.kill();
-      }
+      });
     }
     assert.ok(sent >= (HEAVY ? 100_000 : 3_000), `${sent} frames sent`);
   });
@@ -372,11 +383,7 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
     const connections = HEAVY ? 150 : 15;
     let sent = 0;
     for (let c = 0; c < connections; c++) {
-      const seed = (Number(process.env.SPAWNPOOL_FUZZ_SEED ?? Date.now()) + c * 104729) >>> 0;
-      const rand = random(seed);
-      const worker = await startWorker();
-      try {
-        creditOutput(worker);
+      await withFuzzWorker(c, async (worker, rand, seed) => {
         const { frames } = survivableFrames(rand, 1, 200);
         const mutated = frames.map((bytes) => {
           if (rand() > 0.05) return bytes;
@@ -390,9 +397,7 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
         await Promise.race([worker.closed, new Promise((r) => setTimeout(r, 20))]);
         worker.channel.close();
         await expectExit(worker, [0, 1], `seed ${seed}`);
-      } finally {
-        worker.kill();
-      }
+      });
     }
     assert.ok(sent >= connections * 200);
   });
