@@ -36,7 +36,8 @@
 
 #include "json.h"
 
-#ifdef __linux__
+/* SPAWNPOOL_FORCE_POLL builds, on Linux, what other systems run: poll() and SIGCHLD instead of epoll and pidfd. */
+#if defined(__linux__) && !defined(SPAWNPOOL_FORCE_POLL)
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #define USE_EPOLL 1

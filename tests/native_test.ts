@@ -4,7 +4,8 @@
  * the protocol limits, and a fuzz run of random and mutated frames over its real channel. A sanitizer report,
  * a leak (LeakSanitizer runs at exit), a crash, a hang or an fd that stays open fails the test.
  *
- * The heavy fuzz run (over 100,000 frames) runs under Node; Deno and Bun run a smaller one of the same code.
+ * The heavy fuzz run (over 100,000 frames) runs under Node; Deno and Bun run a smaller one of the same code. The
+ * pool scenarios also run on native/build/spawnpool-worker-poll, the poll() and SIGCHLD loop other systems get.
  *
  * @module
  */
@@ -33,6 +34,7 @@ import { Pool, SpawnError, SpawnPoolError } from "../mod.ts";
 import { childPids, frame, HOST, withTimeout } from "./_helpers.ts";
 
 const ASAN_WORKER = fileURLToPath(new URL("../native/build/spawnpool-worker-asan", import.meta.url).href);
+const POLL_WORKER = fileURLToPath(new URL("../native/build/spawnpool-worker-poll", import.meta.url).href);
 /** Leaks are checked at exit (LeakSanitizer works on this machine kind); any report aborts the worker. */
 const SANITIZER_ENV = {
   ASAN_OPTIONS: "detect_leaks=1:abort_on_error=1:halt_on_error=1",
@@ -265,6 +267,55 @@ async function withFuzzWorker(
   }
 }
 
+/** What a pool of native workers must do, against real commands; `scratch` is a directory to write a script in. */
+async function poolScenarios(pool: InstanceType<typeof Pool>, scratch: string): Promise<void> {
+  await pool.ready();
+  assert.equal(pool.stats().runtime, "native");
+  const echo = await pool.command("echo", { args: ["hi", "ünï😀"] }).output();
+  assert.equal(text(echo.stdout), "hi ünï😀\n");
+  const input = new Uint8Array(3 * 1024 * 1024).map((_, i) => (i * 13) & 0xff);
+  const cat = pool.spawn(["cat"], { stdin: input });
+  assert.deepEqual(new Uint8Array(await new Response(cat.stdout).arrayBuffer()), input);
+  const env = await pool.command("/usr/bin/env", { clearEnv: true, env: { ONLY: "this" } }).output();
+  assert.equal(text(env.stdout), "ONLY=this\n");
+  const streamed = pool.spawn(["head", "-c", "20000000", "/dev/zero"]);
+  assert.equal((await new Response(streamed.stdout).arrayBuffer()).byteLength, 20_000_000);
+  await assert.rejects(
+    pool.command("sleep", { args: ["30"], timeout: 50 }).output(),
+    (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_TIMEOUT",
+  );
+  await assert.rejects(
+    pool.command("yes", { maxBuffer: 10_000 }).output(),
+    (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_MAX_BUFFER",
+  );
+  for (
+    const [cmd, cwd, code] of [["spawnpool-no-such-program", undefined, "ENOENT"], [
+      "pwd",
+      "/spawnpool-no-such-dir",
+      "ENOENT",
+    ], ["/etc/passwd/x", undefined, "ENOTDIR"]] as const
+  ) {
+    const error = await pool.spawn([cmd], { cwd }).exited.then(() => null, (e) => e);
+    assert.ok(error instanceof SpawnError && error.code === code, `${cmd}: ${error}`);
+  }
+  // A script without "#!" runs in the shell, as with Node's spawn (execvp).
+  const script = join(scratch, "no-shebang");
+  writeFileSync(script, "echo from a script without a shebang\n", { mode: 0o755 });
+  assert.equal(text((await pool.command(script).output()).stdout), "from a script without a shebang\n");
+  const killed = pool.spawn(["sleep", "30"]);
+  await killed.spawned;
+  killed.kill("SIGKILL");
+  assert.equal(await killed.exited, 137);
+  // Many children at once, each reaped.
+  const many = await Promise.all(
+    Array.from({ length: 40 }, (_, i) => pool.command("echo", { args: [`${i}`] }).output()),
+  );
+  assert.deepEqual(many.map((out) => text(out.stdout)), Array.from({ length: 40 }, (_, i) => `${i}\n`));
+  // A grandchild holding stdout does not hold the request (the 200 ms grace).
+  const held = await pool.command("sh", { args: ["-c", "sleep 30 & echo $!"] }).output();
+  process.kill(Number(text(held.stdout).trim()), "SIGKILL");
+}
+
 describe(`${HOST} host, native worker under ASan and UBSan`, () => {
   it("runs pool scenarios without a sanitizer report or a leak", async () => {
     const logs = mkdtempSync(join(tmpdir(), "spawnpool-asan-"));
@@ -274,43 +325,7 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
     process.env.UBSAN_OPTIONS = `${SANITIZER_ENV.UBSAN_OPTIONS}:log_path=${join(logs, "ubsan")}`;
     const pool = new Pool({ size: 2, runtime: "native", execPath: ASAN_WORKER });
     try {
-      await pool.ready();
-      assert.equal(pool.stats().runtime, "native");
-      const echo = await pool.command("echo", { args: ["hi", "ünï😀"] }).output();
-      assert.equal(text(echo.stdout), "hi ünï😀\n");
-      const input = new Uint8Array(3 * 1024 * 1024).map((_, i) => (i * 13) & 0xff);
-      const cat = pool.spawn(["cat"], { stdin: input });
-      assert.deepEqual(new Uint8Array(await new Response(cat.stdout).arrayBuffer()), input);
-      const env = await pool.command("/usr/bin/env", { clearEnv: true, env: { ONLY: "this" } }).output();
-      assert.equal(text(env.stdout), "ONLY=this\n");
-      const streamed = pool.spawn(["head", "-c", "20000000", "/dev/zero"]);
-      assert.equal((await new Response(streamed.stdout).arrayBuffer()).byteLength, 20_000_000);
-      await assert.rejects(
-        pool.command("sleep", { args: ["30"], timeout: 50 }).output(),
-        (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_TIMEOUT",
-      );
-      await assert.rejects(
-        pool.command("yes", { maxBuffer: 10_000 }).output(),
-        (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_MAX_BUFFER",
-      );
-      for (
-        const [cmd, cwd, code] of [["spawnpool-no-such-program", undefined, "ENOENT"], [
-          "pwd",
-          "/spawnpool-no-such-dir",
-          "ENOENT",
-        ], ["/etc/passwd/x", undefined, "ENOTDIR"]] as const
-      ) {
-        const error = await pool.spawn([cmd], { cwd }).exited.then(() => null, (e) => e);
-        assert.ok(error instanceof SpawnError && error.code === code, `${cmd}: ${error}`);
-      }
-      // A script without "#!" runs in the shell, as with Node's spawn (execvp).
-      const script = join(logs, "no-shebang");
-      writeFileSync(script, "echo from a script without a shebang\n", { mode: 0o755 });
-      assert.equal(text((await pool.command(script).output()).stdout), "from a script without a shebang\n");
-      const killed = pool.spawn(["sleep", "30"]);
-      await killed.spawned;
-      killed.kill("SIGKILL");
-      assert.equal(await killed.exited, 137);
+      await poolScenarios(pool, logs);
     } finally {
       process.env.ASAN_OPTIONS = saved.ASAN_OPTIONS ?? "";
       process.env.UBSAN_OPTIONS = saved.UBSAN_OPTIONS ?? "";
@@ -321,6 +336,18 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
     );
     rmSync(logs, { recursive: true, force: true });
     assert.deepEqual(reports, [], "sanitizer reports");
+  });
+
+  it("the poll() and SIGCHLD build (what systems without epoll and pidfd run) passes the same scenarios", async () => {
+    assert.ok(existsSync(POLL_WORKER), `${POLL_WORKER} exists (npm run build:native)`);
+    const scratch = mkdtempSync(join(tmpdir(), "spawnpool-poll-"));
+    const pool = new Pool({ size: 2, runtime: "native", execPath: POLL_WORKER });
+    try {
+      await poolScenarios(pool, scratch);
+    } finally {
+      await pool.close();
+      rmSync(scratch, { recursive: true, force: true });
+    }
   });
 
   it(`${HEAVY ? "100,000+" : "several thousand"} random frames: every request answered, no fd or child left over`, async () => {

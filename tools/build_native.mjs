@@ -1,6 +1,7 @@
 // `npm run build:native`: compiles the native worker (native/*.c, C11, POSIX + epoll on Linux) with the system's
-// C compiler (`cc`, or $CC) into native/build/spawnpool-worker, warnings as errors, and an ASan+UBSan build of it,
-// native/build/spawnpool-worker-asan, that tests/native_test.ts runs. Skips what is already newer than its sources.
+// C compiler (`cc`, or $CC) into native/build/spawnpool-worker, warnings as errors; and for tests/native_test.ts an
+// ASan+UBSan build of it, native/build/spawnpool-worker-asan, and native/build/spawnpool-worker-poll, built with
+// SPAWNPOOL_FORCE_POLL: the poll() and SIGCHLD loop other systems get. Skips what is newer than its sources.
 // `--copy-to-dist` also copies the release build to dist/native/spawnpool-worker-<platform>-<arch> (the npm build).
 import { execFileSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
@@ -15,9 +16,11 @@ const headers = readdirSync(dir).filter((name) => name.endsWith(".h")).map((name
 const common = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wpedantic", "-D_GNU_SOURCE"];
 export const NATIVE_WORKER = join(out, "spawnpool-worker");
 export const NATIVE_WORKER_ASAN = join(out, "spawnpool-worker-asan");
+export const NATIVE_WORKER_POLL = join(out, "spawnpool-worker-poll");
 
 const variants = [
   { path: NATIVE_WORKER, flags: ["-O2"] },
+  { path: NATIVE_WORKER_POLL, flags: ["-O2", "-DSPAWNPOOL_FORCE_POLL"] },
   {
     path: NATIVE_WORKER_ASAN,
     flags: ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"],
@@ -53,6 +56,6 @@ export function copyNativeToDist() {
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   buildNative();
-  console.log(`Built ${NATIVE_WORKER} and ${NATIVE_WORKER_ASAN}`);
+  console.log(`Built ${NATIVE_WORKER}, ${NATIVE_WORKER_ASAN} and ${NATIVE_WORKER_POLL}`);
   if (process.argv.includes("--copy-to-dist")) console.log(`Copied to ${copyNativeToDist()}`);
 }
