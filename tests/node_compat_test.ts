@@ -320,6 +320,9 @@ const scenarios: Scenario[] = [
         nativeDiffers: {
           bun: { fields: ["stdout"], why: "Bun's host may exit before an unread pipe ends" },
           deno: { fields: ["stdout"], why: "Deno's host may exit before an unread pipe ends" },
+          // When the pipe's end is read before the exit is reaped, only the unref'd process handle is left: Node's
+          // host exits without 'close'. Seen in 3 of 9 runs here (2026-11-25), only when the suite as a whole ran.
+          node: { fields: ["stdout"], why: "Node's host may exit before an unread pipe ends too (a race)" },
         },
         expectPooled: (r: Record<string, unknown>) => assert.equal(r.stdout, "close 0\n"),
       }
