@@ -215,7 +215,7 @@ export const denoAdapter: Adapter = {
         message: "argv0 is not supported by Deno workers; use bun or node workers",
       });
     }
-    const ownGroup = request.timeout !== undefined || request.detached === true;
+    const ownGroup = request.group || request.detached === true;
     const child = new Deno.Command(request.cmd, {
       args: request.args,
       cwd: request.cwd,
@@ -228,8 +228,8 @@ export const denoAdapter: Adapter = {
       uid: request.uid,
       gid: request.gid,
       // A session of its own costs Deno its posix_spawn fast path: it forks, at about 20 times the CPU per
-      // spawn (`deno run -A bench/spawn_cost.ts`), so only commands whose group is signalled get one: a timeout
-      // kills the group, and `detached` must outlive the worker. The others stay in the worker's own group,
+      // spawn (`deno run -A bench/spawn_cost.ts`), so only commands whose group is signalled get one (the request's
+      // `group`: a timeout kills the group), and `detached` ones, which must outlive the worker. The others stay in the worker's own group,
       // which `killOwnGroup` ends.
       detached: ownGroup,
     }).spawn();

@@ -2,7 +2,7 @@
  * The conformance suite: every behaviour of both API shapes, against real processes, for each worker
  * runtime under the host runtime that runs this file (`deno test`, `bun test`, `node --test`).
  *
- * Worker runtimes come from SPAWNPOOL_TEST_WORKERS (comma-separated), default all three; a runtime that
+ * Worker runtimes come from SPAWNPOOL_TEST_WORKERS (comma-separated), default all three and the native worker; one that
  * is missing fails the suite rather than being skipped.
  */
 
@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
-import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError } from "../mod.ts";
+import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError, type WorkerRuntime } from "../mod.ts";
 import {
   alive,
   childPids,
@@ -28,7 +28,7 @@ import {
 } from "./_helpers.ts";
 import { cancelledYes } from "./soak.ts";
 
-const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno").split(",") as RuntimeName[];
+const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").split(",") as WorkerRuntime[];
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
 const bytes = (s: string) => new TextEncoder().encode(s);
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-test-"));

@@ -303,6 +303,7 @@ function fakeWorker() {
         killSignal: "SIGTERM",
         forceKillAfterDelay: 5000,
         window: 1024 * 1024,
+        group: false,
         ...request,
       };
       push(frame(Frame.Spawn, id, encodeJson(full)));
@@ -493,6 +494,7 @@ describe("a spawn the adapter fails", () => {
         killSignal: "SIGTERM",
         forceKillAfterDelay: 5000,
         window: 1024 * 1024,
+        group: false,
       };
       push(frame(Frame.Spawn, 1, encodeJson(request)));
       await settle();
@@ -632,6 +634,7 @@ describe("a host fed random and mutated worker frames (fuzz)", () => {
         stdout: "piped",
         stderr: "piped",
         killSignal: "SIGTERM",
+        group: false,
       } as const;
       const executions = [
         new Execution(scheduler, { ...base, buffered: true, maxBuffer: 1000, forceKillAfterDelay: 0, window: 4096 }),
