@@ -26,6 +26,10 @@
 // one with `run: false` checks that the shape honours the permission; the pool is started by the preload,
 // before any test narrows the permissions, as a program's pool starts with the program's own.
 //
+// After each suite's runs, processes still running in its cache folder (what the tests left behind outside
+// their process group, which the runner kills) are killed by pid and reported: with the swap, a command's
+// descendants live in the process group the pool gave that command, not in the test run's.
+//
 // Prints per-test results for both modes, the totals, and the tests that pass natively but fail swapped
 // with the first line of their error; writes the summary to bench/results/latest.compat-shapes.md (or
 // --out). Not part of `npm test`: the upstream files stay out of the repository, in .cache/compat/shapes/
@@ -39,9 +43,11 @@
 //   --suite deno|bun|all (default all)  --runs N (default 1)  --jobs N (Deno test processes at a time,
 //   default 2)  --timeout S (per Deno test process, default 120; a Bun file run gets 15 times that)
 //   --filter TEXT (only tests whose name contains it)  --out FILE
-//   SPAWNPOOL_COMPAT_MOD=<path of another checkout's mod.ts> measures that checkout's library instead.
+//   SPAWNPOOL_COMPAT_MOD=<absolute path of another checkout's mod.ts> measures that checkout's library.
 //
-// Getting the upstream files (this repository never holds them):
+// Getting the upstream files (this repository never holds them). Measured so far: denoland/deno at tag
+// v2.9.5 (the release before the pinned deno 2.9.6) and oven-sh/bun at 7a5293cef99b (June 2026, 1.4.0
+// development; the pinned bun is 1.4.5):
 //   https://raw.githubusercontent.com/denoland/deno/v2.9.5/tests/unit/command_test.ts
 //   https://raw.githubusercontent.com/oven-sh/bun/<rev>/test/js/bun/spawn/spawn.test.ts and, next to it,
 //   .../test/js/bun/spawn/does-not-hang.js; or a clone at a tag (`git clone --depth 1 --branch v2.9.5
@@ -637,6 +643,17 @@ for (const suite of suites) {
   lines.push("", "Pass natively, fail swapped (runs failing, first line of the error):", "");
   if (everLost.size === 0) lines.push("- none");
   for (const [name, errors] of everLost) lines.push(`- ${name}: ${errors.length}/${runs}: ${errors[0]}`);
+  // The same first line, numbers aside (fds, signals), is most often the same cause.
+  const causes = new Map();
+  for (const [name, errors] of everLost) {
+    const cause = errors[0].replace(/\d+/g, "N");
+    causes.set(cause, [...(causes.get(cause) ?? []), name]);
+  }
+  lines.push("", "The same, by first line of the error (numbers as N):", "");
+  if (causes.size === 0) lines.push("- none");
+  for (const [cause, names] of [...causes].sort((a, b) => b[1].length - a[1].length)) {
+    lines.push(`- ${names.length}: \`${cause}\``);
+  }
   const nativeFails = new Map();
   list.forEach((t) => {
     for (const r of t.nativeFail) nativeFails.set(r.label, r.native.error || r.native.status);
