@@ -365,6 +365,11 @@ function parseJunit(xml) {
       const after = xml.slice(m.index + m[0].length);
       const text = selfClosing ? "" : unescapeXml(after.slice(0, after.indexOf(`</${tag}>`)));
       current.error ||= firstLine(text) || attr(attrs, "message") || tag;
+      // What a matcher says under its first line ("Expected substring: ...", "Received function did not
+      // throw"): up to two more lines, stack frames and source excerpts aside.
+      current.detail ??= plain(text).split("\n").slice(1).map((l) => l.trim())
+        .filter((l) => l && !/^(at |\^|\d+ \||throw |const |- Expected|\+ Received)/.test(l)).slice(0, 2).join(" / ")
+        .slice(0, 160);
     } else if (current && !end && tag === "skipped") current.status = "skip";
   }
   return cases;
@@ -642,7 +647,10 @@ for (const suite of suites) {
   });
   lines.push("", "Pass natively, fail swapped (runs failing, first line of the error):", "");
   if (everLost.size === 0) lines.push("- none");
-  for (const [name, errors] of everLost) lines.push(`- ${name}: ${errors.length}/${runs}: ${errors[0]}`);
+  for (const [name, errors] of everLost) {
+    const detail = list.flatMap((t) => t.lost).find((r) => r.label === name)?.swapped.detail;
+    lines.push(`- ${name}: ${errors.length}/${runs}: ${errors[0]}${detail ? ` (${detail})` : ""}`);
+  }
   // The same first line, numbers aside (fds, signals), is most often the same cause.
   const causes = new Map();
   for (const [name, errors] of everLost) {
