@@ -368,7 +368,7 @@ function parseJunit(xml) {
       // What a matcher says under its first line ("Expected substring: ...", "Received function did not
       // throw"): up to two more lines, stack frames and source excerpts aside.
       current.detail ??= plain(text).split("\n").slice(1).map((l) => l.trim())
-        .filter((l) => l && !/^(at |\^|\d+ \||throw |const |- Expected|\+ Received)/.test(l)).slice(0, 2).join(" / ")
+        .filter((l) => l && !/^(at |\^|\d+ \||throw |const |- |\+ Received)/.test(l)).slice(0, 2).join(" / ")
         .slice(0, 160);
     } else if (current && !end && tag === "skipped") current.status = "skip";
   }
