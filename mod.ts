@@ -26,4 +26,5 @@ export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./co
 export type { RuntimeName, WorkerRuntime } from "./core/adapter.ts";
 export { SpawnError, SpawnPoolError, type SpawnPoolErrorCode } from "./core/errors.ts";
 export type { CommonOptions } from "./core/options.ts";
+export type { OutputReadableStream } from "./core/execution.ts";
 export type { StdioMode } from "./core/frame.ts";

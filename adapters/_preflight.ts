@@ -17,16 +17,19 @@ interface DenoPermissions {
 }
 
 /**
- * Whether this process may look at files and PATH without asking: always outside Deno; in Deno with an unscoped
- * read permission and PATH readable (a check must never prompt, nor fail for a permission the spawn itself
- * does not need).
+ * Whether this process may look at files (`read`) or at PATH (`path`) without asking: always outside Deno; in Deno
+ * with an unscoped read permission, and for PATH with access to that variable too (a check must never prompt, nor
+ * fail for a permission the spawn itself does not need).
  */
-function mayLook(): boolean {
+function mayLook(): { read: boolean; path: boolean } {
   const deno = (globalThis as { Deno?: DenoPermissions }).Deno;
-  if (deno === undefined) return true;
+  if (deno === undefined) return { read: true, path: true };
   const read = deno.permissions.querySync({ name: "read" });
-  return read.state === "granted" && !read.partial &&
-    deno.permissions.querySync({ name: "env", variable: "PATH" }).state === "granted";
+  const files = read.state === "granted" && !read.partial;
+  return {
+    read: files,
+    path: files && deno.permissions.querySync({ name: "env", variable: "PATH" }).state === "granted",
+  };
 }
 
 /**
@@ -56,7 +59,9 @@ export function preflight(request: SpawnRequest): SpawnFailure | undefined {
   const { cmd, cwd } = request;
   const checksCwd = cwd !== undefined && isAbsolute(cwd);
   const checksCmd = cmd.includes("/") ? isAbsolute(cmd) : true;
-  if (!(checksCwd || checksCmd) || !mayLook()) return undefined;
+  if (!(checksCwd || checksCmd)) return undefined;
+  const may = mayLook();
+  if (!may.read) return undefined;
   if (checksCwd) {
     const what = kind(cwd);
     if (what === "missing") return { code: "ENOENT", errno: -2, message: `No such cwd '${cwd}'` };
@@ -74,11 +79,9 @@ export function preflight(request: SpawnRequest): SpawnFailure | undefined {
   }
   // The worker's PATH: the request's, or (as the host's environment was when its worker started) the host's.
   const env = request.env;
-  const path = env !== undefined && Object.hasOwn(env, "PATH")
-    ? env.PATH
-    : request.clearEnv
-    ? undefined
-    : process.env.PATH;
+  const own = env !== undefined && Object.hasOwn(env, "PATH");
+  if (!own && !may.path) return undefined;
+  const path = own ? env.PATH : request.clearEnv ? undefined : process.env.PATH;
   if (path === undefined) return undefined; // the runtime's default search path: left to the worker
   const key = `${path}\0${cmd}`;
   if (found.has(key)) return undefined;

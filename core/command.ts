@@ -5,7 +5,7 @@
  */
 
 import { SpawnError, SpawnPoolError } from "./errors.ts";
-import { type Completion, Execution, type Scheduler } from "./execution.ts";
+import { type Completion, Execution, type OutputReadableStream, type Scheduler } from "./execution.ts";
 import type { ExitInfo, SpawnRequest, StdioMode } from "./frame.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "./options.ts";
 import { signalName, signalNumber } from "./signals.ts";
@@ -270,14 +270,14 @@ export class PooledChildProcess {
   }
 
   /** Stdout; throws if not piped. */
-  get stdout(): ReadableStream<Uint8Array> {
+  get stdout(): OutputReadableStream {
     const stdout = this.#execution.stdout;
     if (stdout === undefined) throw new TypeError("Cannot get 'stdout': 'stdout' is not piped");
     return stdout;
   }
 
   /** Stderr; throws if not piped. */
-  get stderr(): ReadableStream<Uint8Array> {
+  get stderr(): OutputReadableStream {
     const stderr = this.#execution.stderr;
     if (stderr === undefined) throw new TypeError("Cannot get 'stderr': 'stderr' is not piped");
     return stderr;
@@ -304,18 +304,21 @@ export class PooledChildProcess {
   /**
    * Sends a signal to the command.
    *
-   * @param signal Signal name or number. @default {"SIGTERM"}
+   * @param signal Signal name or number; 0 sends none (it throws once the command has terminated). @default {"SIGTERM"}
    * @throws {TypeError} For an unknown signal, or once the command's status has settled, as `Deno.ChildProcess`.
    */
   kill(signal: string | number = "SIGTERM"): void {
-    let name: string;
-    try {
-      name = signalName(signal);
-    } catch {
-      throw new TypeError(`Invalid signal: ${String(signal)}`);
+    // Signal 0 only asks whether the command is still there: it is, until its status settles.
+    let name: string | undefined;
+    if (signal !== 0) {
+      try {
+        name = signalName(signal);
+      } catch {
+        throw new TypeError(`Invalid signal: ${String(signal)}`);
+      }
     }
     if (this.#terminated) throw new TypeError("Child process has already terminated");
-    this.#execution.kill(name);
+    if (name !== undefined) this.#execution.kill(name);
   }
 
   /** Lets the command keep the host alive (the default). */

@@ -139,9 +139,38 @@ export class CreditBatch {
 /** Creates the sink of one streamed output. */
 export type OutputSinkFactory = (fd: StreamFd, controls: OutputControls) => OutputSink;
 
+/**
+ * A command's output as a web `ReadableStream` with the helpers `Deno.ChildProcess` and Bun's `Subprocess` give theirs:
+ * each reads the stream to its end.
+ */
+export interface OutputReadableStream extends ReadableStream<Uint8Array> {
+  /** The whole output as bytes. */
+  bytes(): Promise<Uint8Array<ArrayBuffer>>;
+  /** The whole output as an `ArrayBuffer`. */
+  arrayBuffer(): Promise<ArrayBuffer>;
+  /** The whole output decoded as UTF-8. */
+  text(): Promise<string>;
+  /** The whole output parsed as JSON. */
+  json(): Promise<unknown>;
+}
+
+/** Gives `stream` the reading helpers of {@linkcode OutputReadableStream} (where the runtime's streams lack them). */
+function withReadHelpers(stream: ReadableStream<Uint8Array>): OutputReadableStream {
+  const helpers = {
+    bytes: async () => new Uint8Array(await new Response(stream).arrayBuffer()),
+    arrayBuffer: () => new Response(stream).arrayBuffer(),
+    text: () => new Response(stream).text(),
+    json: () => new Response(stream).json(),
+  };
+  for (const [name, helper] of Object.entries(helpers)) {
+    if (!(name in stream)) Object.defineProperty(stream, name, { value: helper, configurable: true, writable: true });
+  }
+  return stream as OutputReadableStream;
+}
+
 /** A stream of output from the worker as a web `ReadableStream`, crediting the worker as the consumer reads. */
 class OutputStream implements OutputSink {
-  readonly readable: ReadableStream<Uint8Array>;
+  readonly readable: OutputReadableStream;
   #queue: Uint8Array[] = [];
   #ended = false;
   #error: unknown;
@@ -149,27 +178,29 @@ class OutputStream implements OutputSink {
 
   constructor(controls: OutputControls) {
     const credits = new CreditBatch(controls);
-    this.readable = new ReadableStream<Uint8Array>({
-      pull: async (controller) => {
-        while (this.#queue.length === 0 && !this.#ended && this.#error === undefined) {
-          await new Promise<void>((resolve) => (this.#waiting = resolve));
-        }
-        const chunk = this.#queue.shift();
-        if (chunk !== undefined) {
-          controller.enqueue(chunk);
-          credits.hold(chunk.byteLength);
-          if (this.#queue.length === 0) credits.flush();
-          else credits.flushIfFull();
-          return;
-        }
-        if (this.#error !== undefined) controller.error(this.#error);
-        else controller.close();
-      },
-      cancel: () => {
-        this.#queue = [];
-        if (!this.#ended && this.#error === undefined) controls.release();
-      },
-    }, { highWaterMark: 0 });
+    this.readable = withReadHelpers(
+      new ReadableStream<Uint8Array>({
+        pull: async (controller) => {
+          while (this.#queue.length === 0 && !this.#ended && this.#error === undefined) {
+            await new Promise<void>((resolve) => (this.#waiting = resolve));
+          }
+          const chunk = this.#queue.shift();
+          if (chunk !== undefined) {
+            controller.enqueue(chunk);
+            credits.hold(chunk.byteLength);
+            if (this.#queue.length === 0) credits.flush();
+            else credits.flushIfFull();
+            return;
+          }
+          if (this.#error !== undefined) controller.error(this.#error);
+          else controller.close();
+        },
+        cancel: () => {
+          this.#queue = [];
+          if (!this.#ended && this.#error === undefined) controls.release();
+        },
+      }, { highWaterMark: 0 }),
+    );
   }
 
   push(chunk: Uint8Array): void {
@@ -230,9 +261,9 @@ export class Execution implements RequestSink {
   /** Resolves when the request completed; rejects with a {@linkcode SpawnError} or a pool error. */
   readonly completed: Promise<Completion>;
   /** Stdout, when streamed and piped. */
-  readonly stdout: ReadableStream<Uint8Array> | undefined;
+  readonly stdout: OutputReadableStream | undefined;
   /** Stderr, when streamed and piped. */
-  readonly stderr: ReadableStream<Uint8Array> | undefined;
+  readonly stderr: OutputReadableStream | undefined;
   /** The child's pid once known. */
   pid: number | undefined;
   /** Whether `kill()` sent a signal. */

@@ -77,13 +77,50 @@ function delay(value: unknown, what: string, allowZero = false): number {
   return ms;
 }
 
+/** Every option {@linkcode buildRequest} reads. */
+const OPTION_KEYS = [
+  "cmd",
+  "args",
+  "cwd",
+  "env",
+  "clearEnv",
+  "stdin",
+  "stdout",
+  "stderr",
+  "buffered",
+  "timeout",
+  "killSignal",
+  "forceKillAfterDelay",
+  "maxBuffer",
+  "signal",
+  "argv0",
+  "uid",
+  "gid",
+  "detached",
+] as const;
+
+/**
+ * The call's own options, in an object without a prototype: a value planted on `Object.prototype` is never read as an
+ * option. Built with index loops, as is the rest of the request, so a tampered `Array.prototype[Symbol.iterator]`
+ * cannot break it either (Deno's and Node's own tests tamper with both).
+ */
+function ownOptions(given: RequestInput): RequestInput {
+  const own = Object.create(null) as Record<string, unknown>;
+  for (let i = 0; i < OPTION_KEYS.length; i++) {
+    const key = OPTION_KEYS[i];
+    if (Object.hasOwn(given, key)) own[key] = given[key];
+  }
+  return own as unknown as RequestInput;
+}
+
 /**
  * Validates a call and builds its request.
  *
  * @throws {TypeError} For a value of the wrong type or a string with a NUL byte.
  * @throws {RangeError} For a number out of range or an unknown signal.
  */
-export function buildRequest(input: RequestInput): SpawnRequest {
+export function buildRequest(given: RequestInput): SpawnRequest {
+  const input = ownOptions(given);
   const cmd = toPath(input.cmd, "Command");
   if (!Array.isArray(input.args)) throw new TypeError("Arguments must be an array of strings");
   const args = input.args.map((arg, i) => {
@@ -95,7 +132,10 @@ export function buildRequest(input: RequestInput): SpawnRequest {
     if (typeof input.env !== "object" || input.env === null) throw new TypeError("env must be an object");
     // Without a prototype, a "__proto__" key is a variable like any other (on `{}` it would set the prototype).
     env = Object.create(null) as Record<string, string>;
-    for (const [key, value] of Object.entries(input.env)) {
+    const names = Object.keys(input.env);
+    for (let i = 0; i < names.length; i++) {
+      const key = names[i];
+      const value: unknown = input.env[key];
       if (value === undefined) continue;
       if (typeof value !== "string") {
         throw new TypeError(`Environment variable "${key}" must be a string, got ${typeof value}`);
@@ -129,7 +169,9 @@ export function buildRequest(input: RequestInput): SpawnRequest {
     if (typeof input.argv0 !== "string") throw new TypeError("argv0 must be a string");
     request.argv0 = noNul(input.argv0, "argv0");
   }
-  for (const key of ["uid", "gid"] as const) {
+  const ids = ["uid", "gid"] as const;
+  for (let i = 0; i < ids.length; i++) {
+    const key = ids[i];
     const id = input[key];
     if (id === undefined) continue;
     if (!Number.isInteger(id) || id < -0x8000_0000 || id > 0x7fff_ffff) {

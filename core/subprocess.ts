@@ -5,7 +5,7 @@
  */
 
 import { SpawnError } from "./errors.ts";
-import { Execution, type Scheduler, type StdinSource } from "./execution.ts";
+import { Execution, type OutputReadableStream, type Scheduler, type StdinSource } from "./execution.ts";
 import type { StdioMode } from "./frame.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "./options.ts";
 import { signalName, signalNumber } from "./signals.ts";
@@ -38,6 +38,12 @@ export interface SpawnOptions extends CommonOptions {
   stdout?: BunOutput;
   /** Stderr. @default {"inherit"} */
   stderr?: BunOutput;
+  /**
+   * Bun's other form of stdio: `[stdin, stdout, stderr, ...]`, which wins over `stdin`, `stdout` and `stderr`. A pool
+   * gives a command no descriptor past stderr: a slot past it may only be empty (`"ignore"`, null, undefined or an
+   * empty Blob).
+   */
+  stdio?: readonly unknown[];
   /** Called once when the command exits or could not start. */
   onExit?: (
     subprocess: PooledSubprocess,
@@ -88,10 +94,14 @@ function bunFiles(): BunFiles | undefined {
   return (globalThis as { Bun?: BunFiles }).Bun;
 }
 
-/** Whether `value` is a file that can be written (`Bun.file(...)`): a Blob with a `writer()`. */
+/**
+ * Whether `value` is a file of the host's named by its path (`Bun.file(path)`): a Blob with a `writer()` and a `name`.
+ * (Every Blob has a `writer()` in Bun; only a file opened by path has a name.)
+ */
 function isHostFile(value: unknown): value is HostFile {
   return typeof Blob !== "undefined" && value instanceof Blob &&
-    typeof (value as { writer?: unknown }).writer === "function";
+    typeof (value as { writer?: unknown }).writer === "function" &&
+    typeof (value as { name?: unknown }).name === "string";
 }
 
 /** A stdio slot given one of the host's files: relayed through the host (see {@linkcode hostFile}). */
@@ -152,6 +162,45 @@ function outputMode(
   return { mode: mode === "pipe" ? "piped" : mode === "inherit" ? "inherit" : "null" };
 }
 
+/**
+ * Bun's `stdio` array as the three slots a pool can give a command, checked as Bun checks it; a slot past stderr must
+ * be empty (a worker passes a command no other descriptor), and `proc.stdio` is null for each, as Bun's is for slots
+ * that are not descriptors.
+ */
+function stdioArray(stdio: unknown): { slots: unknown[]; extra: null[] } {
+  if (!Array.isArray(stdio)) throw new TypeError("stdio must be an array");
+  const slots: unknown[] = [];
+  const extra: null[] = [];
+  for (let i = 0; i < stdio.length; i++) {
+    const value: unknown = stdio[i];
+    if (value === "socket-fd" && i < 3) throw new TypeError("'socket-fd' is only supported at indices >= 3");
+    if (i < 3) {
+      slots[i] = value;
+      continue;
+    }
+    const empty = value === undefined || value === null || value === "ignore" ||
+      (typeof Blob !== "undefined" && value instanceof Blob && value.size === 0 && !isHostFile(value));
+    if (empty) {
+      extra.push(null);
+      continue;
+    }
+    const isStream = value instanceof ReadableStream;
+    if (isStream || (typeof Blob !== "undefined" && value instanceof Blob && !isHostFile(value))) {
+      throw new TypeError(`${isStream ? "ReadableStream" : "Blob"} cannot be used for stdio[${i}] yet`);
+    }
+    if (
+      (typeof Response !== "undefined" && value instanceof Response) ||
+      (typeof Request !== "undefined" && value instanceof Request)
+    ) {
+      throw new TypeError(`Blob cannot be used for stdio[${i}] yet`);
+    }
+    throw new TypeError(
+      `stdio[${i}] cannot be given to a command in a pool: a worker passes a command only stdin, stdout and stderr`,
+    );
+  }
+  return { slots, extra };
+}
+
 function stdinSource(value: BunInput | undefined): { mode: StdioMode; source?: StdinSource } {
   if (value === undefined || value === null || value === "ignore") return { mode: "null" };
   const file = hostFile(value, 0, "stdin");
@@ -201,9 +250,11 @@ export class PooledSubprocess {
   /** Stdin when it is "pipe"; undefined otherwise. */
   readonly stdin: PooledFileSink | undefined;
   /** Stdout when it is "pipe"; undefined otherwise. */
-  readonly stdout: ReadableStream<Uint8Array> | undefined;
+  readonly stdout: OutputReadableStream | undefined;
   /** Stderr when it is "pipe"; undefined otherwise. */
-  readonly stderr: ReadableStream<Uint8Array> | undefined;
+  readonly stderr: OutputReadableStream | undefined;
+  /** As Bun's `proc.stdio`: null for each slot, the three standard ones and the empty ones past them. */
+  readonly stdio: null[];
   /**
    * Resolves with the exit code (128 + signal number after a signal) when the command exits; rejects if it could
    * not start, or if its worker died or the pool closed before it exited.
@@ -222,9 +273,13 @@ export class PooledSubprocess {
   constructor(scheduler: Scheduler, cmd: string[], options: SpawnOptions) {
     if (typeof options !== "object" || options === null) throw new TypeError("spawn options must be an object");
     if (cmd.length === 0) throw new TypeError("spawn needs at least the program to run");
-    const stdin = stdinSource(options.stdin);
-    const stdout = outputMode(options.stdout, "pipe", "stdout", 1);
-    const stderr = outputMode(options.stderr, "inherit", "stderr", 2);
+    const { slots, extra } = options.stdio === undefined
+      ? { slots: [options.stdin, options.stdout, options.stderr], extra: [] }
+      : stdioArray(options.stdio);
+    const stdin = stdinSource(slots[0] as BunInput | undefined);
+    const stdout = outputMode(slots[1], "pipe", "stdout", 1);
+    const stderr = outputMode(slots[2], "inherit", "stderr", 2);
+    this.stdio = [null, null, null, ...extra];
     const request = buildRequest({
       ...options,
       cmd: cmd[0],

@@ -671,6 +671,66 @@ for (const runtime of WORKERS) {
       assert.deepEqual([out.code, text(out.stdout)], [0, "ab"]);
     });
 
+    it("output streams have the reading helpers of Deno's and Bun's: text(), json(), bytes(), arrayBuffer()", async () => {
+      const json = pool.command("echo", { args: ['{"a":1}'], stdout: "piped" }).spawn();
+      assert.deepEqual(await json.stdout.json(), { a: 1 });
+      const bytes = pool.spawn(["printf", "ab"]);
+      assert.deepEqual(await bytes.stdout!.bytes(), new TextEncoder().encode("ab"));
+      const textOut = pool.command("echo", { args: ["t"], stdout: "piped", stderr: "piped" }).spawn();
+      assert.equal(await textOut.stdout.text(), "t\n");
+      assert.equal((await textOut.stderr.arrayBuffer()).byteLength, 0);
+    });
+
+    it("Deno shape: kill(0) sends nothing while the command runs, and throws once it has terminated", async () => {
+      const child = pool.command("sleep", { args: ["30"] }).spawn();
+      child.kill(0);
+      child.kill("SIGTERM");
+      assert.deepEqual(await child.status, { success: false, code: 143, signal: "SIGTERM" });
+      assert.throws(() => child.kill(0), { name: "TypeError", message: "Child process has already terminated" });
+    });
+
+    it("request building ignores a tampered Array iterator and options planted on Object.prototype", async () => {
+      const iterator = Array.prototype[Symbol.iterator];
+      const proto = Object.prototype as Record<string, unknown>;
+      let command;
+      try {
+        Array.prototype[Symbol.iterator] = () => {
+          throw new Error("iterated");
+        };
+        proto.cwd = "/spawnpool-planted-cwd";
+        proto.uid = 12345;
+        command = pool.command("sh", { args: ["-c", "echo $A; pwd"], env: { A: "own" }, cwd: scratch });
+      } finally {
+        Array.prototype[Symbol.iterator] = iterator;
+        delete proto.cwd;
+        delete proto.uid;
+      }
+      assert.equal(text((await command.output()).stdout), `own\n${realpathSync(scratch)}\n`);
+    });
+
+    it("Bun shape: the stdio array wins over stdin/stdout/stderr; slots past stderr may only be empty, as Bun checks them", async () => {
+      const proc = pool.spawn(["sh", "-c", "echo out; echo err >&2"], {
+        stdout: "ignore",
+        stdio: ["ignore", "pipe", "pipe", undefined, "ignore", null, new Blob([])],
+      });
+      assert.deepEqual(proc.stdio, [null, null, null, null, null, null, null]);
+      assert.deepEqual([await proc.stdout!.text(), await proc.stderr!.text(), await proc.exited], [
+        "out\n",
+        "err\n",
+        0,
+      ]);
+      const spawnWith = (stdio: unknown) => () => pool.spawn(["true"], { stdio: stdio as unknown[] });
+      assert.throws(spawnWith("pipe"), { name: "TypeError", message: "stdio must be an array" });
+      assert.throws(spawnWith(["socket-fd", "pipe", "pipe"]), /'socket-fd' is only supported at indices >= 3/);
+      assert.throws(spawnWith(["ignore", "pipe", "pipe", new Blob(["x"])]), /Blob cannot be used for stdio\[3\] yet/);
+      assert.throws(spawnWith(["ignore", "pipe", "pipe", new Response("x")]), /Blob cannot be used for stdio\[3\] yet/);
+      assert.throws(
+        spawnWith(["ignore", "pipe", "pipe", "ignore", new ReadableStream()]),
+        /ReadableStream cannot be used for stdio\[4\] yet/,
+      );
+      assert.throws(spawnWith(["ignore", "pipe", "pipe", "pipe"]), /stdio\[3\] cannot be given to a command in a pool/);
+    });
+
     it("Bun shape: a slot's own descriptor (numbers, Bun.stdout) inherits; another, or a Bun.file(), is relayed in Bun", async () => {
       const proc = pool.spawn(["sh", "-c", "exit 3"], { stdin: 0, stdout: 1, stderr: 2 });
       assert.deepEqual([proc.stdin, proc.stdout, proc.stderr], [undefined, undefined, undefined]);
