@@ -13,7 +13,17 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import * as native from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  createReadStream,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  realpathSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -72,6 +82,16 @@ function describeError(error: unknown): Record<string, unknown> {
   }
   if (e.name === "AbortError") out.cause = String((e as { cause?: unknown }).cause);
   return out;
+}
+
+/** What `fn` threw; fails if it did not throw. */
+function thrownError(fn: () => unknown): Error {
+  try {
+    fn();
+  } catch (error) {
+    return error as Error;
+  }
+  throw new assert.AssertionError({ message: "did not throw" });
 }
 
 /** Calls `fn` and describes what it threw; fails if it did not throw. */
@@ -292,6 +312,71 @@ const scenarios: Scenario[] = [
   spawnCase("stdio fd 3 'pipe' runs natively", sh("echo x", { stdio: ["pipe", "pipe", "pipe", "pipe"] }), {
     runsNatively: true,
   }),
+  // A stream with an fd, or an fd, is handed to the command by the runtime's own module: the same bytes.
+  spawnCase(
+    "stdin an fs.ReadStream with an fd runs natively",
+    { file: "cat", options: () => ({ stdio: [createReadStream("", { fd: openSync(PATTERN, "r") }), "pipe", "pipe"] }) },
+    { runsNatively: true },
+  ),
+  {
+    name: "stdin an integer fd runs natively",
+    runsNatively: true,
+    run: async (cp) => {
+      const fd = openSync(PATTERN, "r");
+      try {
+        return await observe(cp, { file: "cat", options: { stdio: [fd, "pipe", "pipe"] } });
+      } finally {
+        closeSync(fd);
+      }
+    },
+  },
+  {
+    name: "one child's stdout as another's stdin",
+    run: async (cp) => {
+      const first = cp.spawn("sh", ["-c", "printf 'one\\ntwo\\n'"]);
+      let second: native.ChildProcess;
+      try {
+        second = cp.spawn("cat", [], { stdio: [first.stdout!, "pipe", "pipe"] });
+      } catch (error) {
+        first.kill();
+        return { threw: String(error) };
+      }
+      const chunks: Buffer[] = [];
+      second.stdout!.on("data", (chunk: Buffer) => chunks.push(chunk));
+      const firstClosed = new Promise((done) => first.on("close", done));
+      const secondCode = await new Promise((done) => second.on("close", done));
+      // Node's first.stdout still holds the pipe's read end: 'close' waits for the parent to read it to its end.
+      first.stdout!.resume();
+      const codes = [await firstClosed, secondCode];
+      return { codes, out: Buffer.concat(chunks).toString(), stdin: second.stdin, stdio0: second.stdio[0] };
+    },
+    nativeDiffers: {
+      bun: {
+        fields: ["threw", "codes", "out", "stdin", "stdio0"],
+        why: "Bun's module does not take a stream without an fd as stdio[0] (not yet implemented)",
+      },
+    },
+    expectPooled: (r) => assert.deepEqual(r, { codes: [0, 0], out: "one\ntwo\n", stdin: null, stdio0: null }),
+  },
+  {
+    name: "two children's stdout into a third's stdin",
+    run: (cp) =>
+      within20s(
+        new Promise((resolve) => {
+          const cat = cp.spawn("cat");
+          const first = cp.spawn("echo", ["first"], { stdio: ["ignore", cat.stdin!, "pipe"] });
+          cat.stdout!.setEncoding("utf8");
+          const seen: string[] = [];
+          cat.stdout!.on("data", (chunk: string) => {
+            seen.push(chunk);
+            if (seen.length === 1) cp.spawn("echo", ["second"], { stdio: ["ignore", cat.stdin!, "pipe"] });
+            if (seen.length === 2) cat.stdin!.end("last\n");
+          });
+          cat.on("close", (code) => resolve({ code, seen, stdout: first.stdout, stdio1: first.stdio[1] }));
+        }),
+        "cat",
+      ),
+  },
   ...["throw-in-listener", "unref-while-reading", "unref-unread", "unref-output-too", "unref-ignored-stdio"].map((
     which,
   ): Scenario => ({
@@ -761,6 +846,7 @@ const scenarios: Scenario[] = [
     ["spawn: uid a string", (cp: CP) => cp.spawn("echo", [], { uid: "a" as unknown as number })],
     ["spawn: detached a string", (cp: CP) => cp.spawn("echo", [], { detached: "yes" as unknown as boolean })],
     ["spawn: signal not a signal", (cp: CP) => cp.spawn("echo", [], { signal: {} as AbortSignal })],
+    ["spawn: serialization 'x'", (cp: CP) => cp.spawn("echo", [], { serialization: "x" as "json" })],
     ["spawn: stdio an unknown word", (cp: CP) => cp.spawn("echo", [], { stdio: "weird" as "pipe" }), {
       bun: { fields: ["code"], why: "Bun throws the older ERR_INVALID_OPT_VALUE" },
       deno: { fields: ["threw", "code"], why: "Deno throws ERR_NOT_IMPLEMENTED" },
@@ -972,6 +1058,86 @@ describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
       process.off("warning", onWarning);
     }
     assert.deepEqual(warnings.filter((code) => code === "SPAWNPOOL_NATIVE_FALLBACK"), ["SPAWNPOOL_NATIVE_FALLBACK"]);
+  });
+
+  it("another pooled command's streams as stdio run in the pool, without a warning", async () => {
+    const warnings: string[] = [];
+    const onWarning = (warning: Error & { code?: string }) => warnings.push(String(warning.code));
+    process.on("warning", onWarning);
+    try {
+      const cat = pooled.spawn("cat");
+      const echo = pooled.spawn("echo", ["via the host"], { stdio: ["ignore", cat.stdin!, "inherit"] });
+      const upper = pooled.spawn("tr", ["a-z", "A-Z"], { stdio: [cat.stdout!, "pipe", "inherit"] });
+      for (const child of [cat, echo, upper]) assert.ok(!(child instanceof native.ChildProcess), "a pooled child");
+      const out: Buffer[] = [];
+      upper.stdout!.on("data", (chunk: Buffer) => out.push(chunk));
+      await new Promise((resolve) => echo.on("close", resolve));
+      cat.stdin!.end("and the parent\n");
+      await new Promise((resolve) => upper.on("close", resolve));
+      assert.equal(Buffer.concat(out).toString(), "VIA THE HOST\nAND THE PARENT\n");
+      await new Promise((resolve) => setTimeout(resolve, 10)); // warnings are emitted on the next tick
+    } finally {
+      process.off("warning", onWarning);
+    }
+    assert.deepEqual(warnings.filter((code) => code === "SPAWNPOOL_NATIVE_FALLBACK"), []);
+  });
+
+  it("reads options from the object itself, never from Object.prototype", async () => {
+    const proto = Object.prototype as Record<string, unknown>;
+    proto.cwd = "/not/existing";
+    proto.shell = true;
+    proto.uid = 0;
+    try {
+      const { stdout } = await promisify(pooled.execFile)("sh", ["-c", "pwd; id -u"]);
+      assert.equal(stdout, `${process.cwd()}\n${process.getuid!()}\n`);
+      const child = pooled.spawn("pwd");
+      const [code] = await new Promise<unknown[]>((resolve) => child.on("close", (...a) => resolve(a)));
+      assert.equal(code, 0);
+    } finally {
+      delete proto.cwd;
+      delete proto.shell;
+      delete proto.uid;
+    }
+  });
+
+  it("shows an error's code as Node does, in String(error) and its stack", () => {
+    const error = thrownError(() => pooled.spawn("echo", [], { timeout: -1 }));
+    assert.equal(error.name, "RangeError");
+    assert.match(String(error), /^RangeError \[ERR_OUT_OF_RANGE\]: The value of "timeout" is out of range\./);
+    assert.match(error.stack!, /^RangeError \[ERR_OUT_OF_RANGE\]: /);
+    assert.equal(
+      thrownError(() => pooled.spawn("echo", [], { serialization: "x" as "json" })).message,
+      "The property 'options.serialization' must be one of: undefined, 'json', 'advanced'. Received 'x'",
+    );
+  });
+
+  it("stdin is a write-only stream, as Node's pipe socket", async () => {
+    const child = pooled.spawn("cat");
+    assert.equal((child.stdin as { readable?: unknown }).readable, false);
+    assert.equal(child.stdin!.writable, true);
+    child.stdin!.end();
+    await new Promise((resolve) => child.on("close", resolve));
+  });
+
+  it("warns once per process (DEP0190) about args with shell: true", () => {
+    const script = join(scratch, "dep0190.mjs");
+    writeFileSync(
+      script,
+      [
+        'import process from "node:process";',
+        `import { spawn } from ${JSON.stringify(new URL("../node.ts", import.meta.url).href)};`,
+        "let warnings = 0;",
+        'process.on("warning", (warning) => warning.code === "DEP0190" && warnings++);',
+        "for (const args of [[], ['a'], ['b']]) {",
+        '  await new Promise((resolve) => spawn("echo", args, { shell: true }).on("close", resolve));',
+        "}",
+        "await new Promise((resolve) => setTimeout(resolve, 10));",
+        "console.log(warnings);",
+        "process.exit(0);",
+      ].join("\n"),
+    );
+    const [exe, ...args] = hostArgv(script);
+    assert.equal(native.execFileSync(exe, args, { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }), "1\n");
   });
 
   it("configureDefaultPool refuses once the default pool has started", async () => {

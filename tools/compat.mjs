@@ -108,8 +108,10 @@ function extract(gitDir, commit, dir) {
   }
   // Node's tests are CommonJS; without this, the project's own package.json ("type": "module") would apply.
   writeFileSync(join(dir, "package.json"), '{ "type": "commonjs" }\n');
-  console.log(`Extracted ${files.length - missing} files of ${commit.slice(0, 12)} into ${dir}` +
-    (missing ? ` (${missing} blobs missing from the repository, skipped)` : ""));
+  console.log(
+    `Extracted ${files.length - missing} files of ${commit.slice(0, 12)} into ${dir}` +
+      (missing ? ` (${missing} blobs missing from the repository, skipped)` : ""),
+  );
 }
 
 /** The flags a test asks for in its `// Flags:` comment, as Node's tools/test.py passes them. */
@@ -189,8 +191,10 @@ for (let run = 1; run <= Number(opts.runs); run++) {
   }
   const count = (mode) => [...results.values()].filter((r) => r[mode].ok).length;
   const lost = [...results].filter(([, r]) => r.native.ok && !r["drop-in"].ok).map(([name]) => name);
-  console.log(`run ${run}: native ${count("native")}/${names.length}, drop-in ${count("drop-in")}/${names.length}, ` +
-    `pass natively but fail with the drop-in: ${lost.length}`);
+  console.log(
+    `run ${run}: native ${count("native")}/${names.length}, drop-in ${count("drop-in")}/${names.length}, ` +
+      `pass natively but fail with the drop-in: ${lost.length}`,
+  );
   for (const name of lost) {
     const why = results.get(name)["drop-in"];
     const last = why.output.trim().split("\n").filter((line) => /Error|assert|expected|!==|Received/i.test(line));
@@ -223,7 +227,9 @@ for (const name of names) {
   const dropInRuns = runs.filter((results) => results.get(name)["drop-in"].ok).length;
   if (nativeRuns === runs.length && dropInRuns === runs.length) continue;
   const why = runs.map((results) => results.get(name)["drop-in"]).find((r) => !r.ok)?.why ?? "";
-  lines.push(`- ${name}: ${nativeRuns}/${runs.length} / ${dropInRuns}/${runs.length}${why ? ` (drop-in: ${why})` : ""}`);
+  lines.push(
+    `- ${name}: ${nativeRuns}/${runs.length} / ${dropInRuns}/${runs.length}${why ? ` (drop-in: ${why})` : ""}`,
+  );
 }
 mkdirSync(join(opts.out, ".."), { recursive: true });
 writeFileSync(opts.out, lines.join("\n") + "\n");
