@@ -5,6 +5,7 @@
  * @module
  */
 
+import { readFileSync } from "node:fs";
 import process from "node:process";
 import type { SpawnRequest } from "../core/frame.ts";
 
@@ -19,9 +20,52 @@ export function onTerminateSignal(handler: () => void): void {
   for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, once);
 }
 
-/** SIGKILLs each process group in `groups`; a group that no longer exists is skipped. */
+/**
+ * Whether `group` may be signalled as a process group by this process: never 0 or 1 (to kill() they mean "my own
+ * group" and "every process"), never this process's own pid or group; and, on Linux, not the pid of a live process
+ * that leads no group of that id (its group is gone, and the pid now names something else), as /proc tells. A pid
+ * with no live process may still name a group whose leader exited while its members run on: that one is killed.
+ */
+function mayKillGroup(group: number): boolean {
+  if (!Number.isInteger(group) || group <= 1 || group === process.pid) return false;
+  if (process.platform !== "linux" || !procReadable()) return true;
+  if (group === groupOf("self")) return false;
+  try {
+    return groupOf(String(group)) === group;
+  } catch {
+    return true; // no such process
+  }
+}
+
+/** The process group of a process (`self` or a pid), from /proc/<pid>/stat (Linux); throws if there is none. */
+function groupOf(pid: string): number {
+  // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after its last ")".
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
+}
+
+/** Whether /proc may be read without asking: always outside Deno; in Deno, with read permission for it. */
+function procReadable(): boolean {
+  const deno = (globalThis as { Deno?: { permissions: { querySync(d: object): { state: string } } } }).Deno;
+  return deno === undefined || deno.permissions.querySync({ name: "read", path: "/proc" }).state === "granted";
+}
+
+/**
+ * SIGKILLs this process's own group (the worker's, when it was started as a group leader): the commands in it, their
+ * children, and this process.
+ */
+export function killOwnGroup(): void {
+  try {
+    process.kill(-process.pid, "SIGKILL");
+  } catch {
+    // Not a group leader (started by hand): nothing to kill.
+  }
+}
+
+/** SIGKILLs each process group in `groups` that {@linkcode mayKillGroup} allows; one that no longer exists is skipped. */
 export function killGroups(groups: readonly number[]): void {
   for (const group of groups) {
+    if (!mayKillGroup(group)) continue;
     try {
       process.kill(-group, "SIGKILL");
     } catch {

@@ -9,7 +9,8 @@ import process from "node:process";
 import { type Adapter, type ByteChannel, LENDING_READ_BYTES, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
-import { killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { admitRun } from "./_deno_permissions.ts";
+import { killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
   connectFromBootstrap,
@@ -130,6 +131,8 @@ function listenForWorker(): PendingWorker {
 export const denoAdapter: Adapter = {
   runtime: "deno",
   socketpair: { host: false, worker: false },
+
+  admit: admitRun,
 
   workerArgs(entry) {
     return [
@@ -265,5 +268,5 @@ export const denoAdapter: Adapter = {
   exit: (code) => Deno.exit(code),
   // The host started this worker as a group leader: the group's id is our pid. SIGKILL ends the commands
   // in it, their children, and this process. (Started by hand, it leads no group: nothing to kill.)
-  killOwnGroup: () => killGroups([Deno.pid]),
+  killOwnGroup,
 };

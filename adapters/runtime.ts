@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import type { Adapter, RuntimeName, WorkerLaunch } from "../core/adapter.ts";
 import { SpawnPoolError } from "../core/errors.ts";
 import type { Platform } from "../core/pool.ts";
+import { preflight } from "./_preflight.ts";
 import { bunAdapter } from "./bun.ts";
 import { denoAdapter } from "./deno.ts";
 import { nodeAdapter } from "./node.ts";
@@ -70,6 +71,7 @@ export function currentPlatform(): Platform {
     runtime,
     host: adapterFor(runtime),
     cores: navigator.hardwareConcurrency ?? 2,
+    preflight,
     launch(workerRuntime: RuntimeName, execPath: string | undefined): WorkerLaunch {
       const worker = adapterFor(workerRuntime);
       if (workerRuntime !== "deno" && !WORKER_ENTRY.startsWith("/")) {

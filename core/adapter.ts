@@ -178,6 +178,13 @@ export interface Adapter {
   readonly socketpair: { host: boolean; worker: boolean };
   /** Host side: the arguments that run `entry` as a worker under this runtime (used for its workers). */
   workerArgs(entry: string): string[];
+  /**
+   * Host side, optional: applies the host runtime's own rules for starting `request` before it leaves the host,
+   * throwing what the runtime's native spawn would throw. A Deno host checks its run permission here: its
+   * workers were granted `--allow-run` to spawn anything, so without this check a pool would widen what the
+   * user granted.
+   */
+  admit?(request: SpawnRequest): void;
   /** Host side: starts a worker process and returns it once its channel is connected (and, for "unix", authenticated). */
   startWorker(launch: WorkerLaunch): Promise<WorkerProcess>;
   /** Worker side: opens the channel to the host that started this process. */

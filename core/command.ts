@@ -6,7 +6,7 @@
 
 import { SpawnError, SpawnPoolError } from "./errors.ts";
 import { type Completion, Execution, type Scheduler } from "./execution.ts";
-import type { ExitInfo, StdioMode } from "./frame.ts";
+import type { ExitInfo, SpawnRequest, StdioMode } from "./frame.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "./options.ts";
 import { signalName, signalNumber } from "./signals.ts";
 
@@ -57,14 +57,27 @@ const DENO_ERROR_CLASS: Record<string, string> = {
   ENOTDIR: "NotADirectory",
 };
 
-/** A spawn failure as Deno reports it: a `Deno.errors` class in Deno, an error of that name elsewhere. */
+/**
+ * A spawn failure as Deno reports it: a `Deno.errors` class in Deno, an error of that name elsewhere, with Deno's
+ * message (`Failed to spawn 'echo': ...`).
+ */
 function denoStyle(error: unknown): unknown {
   if (!(error instanceof SpawnError)) return error;
   const name = DENO_ERROR_CLASS[error.code];
   if (name === undefined) return error;
+  // A Deno worker's own report is already in Deno's words.
+  const message = error.reason.startsWith("Failed to spawn ")
+    ? error.reason
+    : `Failed to spawn '${error.path}': ${error.reason}`;
   const DenoError = (globalThis as { Deno?: DenoErrorsLike }).Deno?.errors?.[name];
-  const converted = DenoError ? new DenoError(error.message) : Object.assign(new Error(error.message), { name });
+  const converted = DenoError ? new DenoError(message) : Object.assign(new Error(message), { name });
   return Object.assign(converted, { code: error.code, cause: error });
+}
+
+/** Throws, as `Deno.Command` does at the call, a failure the host can already see (a missing program or cwd). */
+function throwIfCertainToFail(scheduler: Scheduler, request: SpawnRequest): void {
+  const failure = scheduler.preflight?.(request);
+  if (failure !== undefined) throw denoStyle(new SpawnError(failure, request.cmd, request.args));
 }
 
 /** Turns an exit into a status; a timeout or exceeded maxBuffer is an error. */
@@ -155,17 +168,24 @@ export class PoolCommand {
   }
 
   /**
-   * Runs the command and collects its output.
+   * Runs the command and collects its output. As with `Deno.Command`, what fails before the command can start
+   * throws here, not in the promise.
    *
    * @returns The exit status and the bytes of piped stdout and stderr.
    * @throws {TypeError} If stdin is "piped" (use `spawn()`).
+   * @throws {Deno.errors.NotFound} If the program or the cwd does not exist (an error named so outside Deno).
+   * @throws {Deno.errors.NotCapable} If a Deno host's run permission does not cover the command.
    */
-  async output(): Promise<CommandOutput> {
+  output(): Promise<CommandOutput> {
     const request = this.#request(false);
     if (request.stdin === "piped") {
-      throw new TypeError("Piped stdin is not supported for this function, use 'Command.spawn()' instead");
+      throw new TypeError("Piped stdin is not supported for this function, use 'Deno.Command.spawn()' instead");
     }
-    const execution = new Execution(this.#scheduler, request, { signal: this.#options.signal });
+    throwIfCertainToFail(this.#scheduler, request);
+    return this.#collect(request, new Execution(this.#scheduler, request, { signal: this.#options.signal }));
+  }
+
+  async #collect(request: SpawnRequest, execution: Execution): Promise<CommandOutput> {
     let done: Completion;
     try {
       done = await execution.completed;
@@ -184,13 +204,16 @@ export class PoolCommand {
     throw new TypeError("A pool cannot run commands synchronously; use 'output()'");
   }
 
-  /** Starts the command and returns its handle at once; the pid arrives when the worker reports it. */
+  /**
+   * Starts the command and returns its handle at once; the pid arrives when the worker reports it.
+   *
+   * @throws {Deno.errors.NotFound} If the program or the cwd does not exist (an error named so outside Deno).
+   * @throws {Deno.errors.NotCapable} If a Deno host's run permission does not cover the command.
+   */
   spawn(): PooledChildProcess {
-    return new PooledChildProcess(
-      new Execution(this.#scheduler, this.#request(true), {
-        signal: this.#options.signal,
-      }),
-    );
+    const request = this.#request(true);
+    throwIfCertainToFail(this.#scheduler, request);
+    return new PooledChildProcess(new Execution(this.#scheduler, request, { signal: this.#options.signal }));
   }
 }
 
@@ -213,13 +236,17 @@ export class PoolCommand {
 export class PooledChildProcess {
   readonly #execution: Execution;
   readonly #status: Promise<CommandStatus>;
+  #terminated = false;
 
   /** @internal */
   constructor(execution: Execution) {
     this.#execution = execution;
     const command = execution.request.cmd;
     this.#status = execution.exited.then(
-      (info) => toStatus(info, command),
+      (info) => {
+        this.#terminated = true;
+        return toStatus(info, command);
+      },
       (error) => Promise.reject(denoStyle(error)),
     );
     this.#status.catch(() => {});
@@ -278,10 +305,17 @@ export class PooledChildProcess {
    * Sends a signal to the command.
    *
    * @param signal Signal name or number. @default {"SIGTERM"}
-   * @throws {RangeError} For an unknown signal.
+   * @throws {TypeError} For an unknown signal, or once the command's status has settled, as `Deno.ChildProcess`.
    */
   kill(signal: string | number = "SIGTERM"): void {
-    this.#execution.kill(signalName(signal));
+    let name: string;
+    try {
+      name = signalName(signal);
+    } catch {
+      throw new TypeError(`Invalid signal: ${String(signal)}`);
+    }
+    if (this.#terminated) throw new TypeError("Child process has already terminated");
+    this.#execution.kill(name);
   }
 
   /** Lets the command keep the host alive (the default). */

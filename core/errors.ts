@@ -96,10 +96,13 @@ export class SpawnError extends Error {
   readonly path: string;
   /** Its arguments. */
   readonly spawnargs: readonly string[];
+  /** Why, as the worker's runtime (or the host's check) said it, without the program's name. */
+  readonly reason: string;
 
   /** Creates a spawn error from a worker's report. */
   constructor(details: SpawnErrorDetails, path: string, args: readonly string[]) {
     super(`Failed to spawn "${path}": ${details.message}`);
+    this.reason = details.message;
     this.name = "SpawnError";
     this.code = details.code;
     this.errno = details.errno;

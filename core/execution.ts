@@ -36,6 +36,16 @@ export type StdinSource = Uint8Array | ReadableStream<Uint8Array>;
 
 /** The scheduler an execution is submitted to. */
 export interface Scheduler {
+  /**
+   * Checks that the host may start `request` at all (a Deno host's run permission), before anything is sent;
+   * throws as the runtime's own spawn would.
+   */
+  admit?(request: SpawnRequest): void;
+  /**
+   * The failure a spawn of `request` is certain to meet, as far as the host can tell at once (a program not on
+   * PATH, a missing cwd): for the shapes whose runtime throws those at the call.
+   */
+  preflight?(request: SpawnRequest): SpawnFailure | undefined;
   /** Assigns the execution a worker (now or when one is ready) and sends its spawn frame. */
   submit(execution: Execution): void;
 }
@@ -237,6 +247,7 @@ export class Execution implements RequestSink {
 
   /** Creates an execution and submits it to `scheduler`. */
   constructor(scheduler: Scheduler, request: SpawnRequest, options: ExecutionOptions = {}) {
+    scheduler.admit?.(request);
     this.request = request;
     this.spawned = this.#spawned.promise;
     this.completed = this.#completed.promise;

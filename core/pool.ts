@@ -7,7 +7,7 @@
 import type { Adapter, RuntimeName, WorkerLaunch } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
 import type { Execution, Scheduler } from "./execution.ts";
-import { encodeJson, Frame } from "./frame.ts";
+import { encodeJson, Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
 import { WorkerHandle } from "./worker_handle.ts";
 
 /** What the pool needs from the world outside the core; supplied by the runtime-detecting entry. */
@@ -18,6 +18,11 @@ export interface Platform {
   launch(runtime: RuntimeName, execPath: string | undefined): WorkerLaunch;
   /** The host's runtime. */
   runtime: RuntimeName;
+  /**
+   * The failure a spawn of `request` is certain to meet, found cheaply on the host (a program not on PATH, a
+   * missing cwd), or undefined when it may start or the host cannot tell.
+   */
+  preflight?(request: SpawnRequest): SpawnFailure | undefined;
   /** Logical cores, for the default size. */
   cores: number;
 }
@@ -142,6 +147,16 @@ export class PoolCore implements Scheduler {
     this.#fill();
     if (this.#ready.length >= this.#size) return;
     await new Promise<void>((resolve, reject) => this.#readyWaiters.push({ resolve, reject }));
+  }
+
+  /** @internal Applies the host runtime's rules for starting a command (a Deno host's run permission). */
+  admit(request: SpawnRequest): void {
+    this.#platform.host.admit?.(request);
+  }
+
+  /** @internal The failure a spawn of `request` is certain to meet, as far as the host can tell at once. */
+  preflight(request: SpawnRequest): SpawnFailure | undefined {
+    return this.#platform.preflight?.(request);
   }
 
   /** @internal Schedules an execution: to the least busy ready worker, or the queue. */

@@ -4,13 +4,14 @@
  * @module
  */
 
+import { SpawnError } from "./errors.ts";
 import { Execution, type Scheduler, type StdinSource } from "./execution.ts";
 import type { StdioMode } from "./frame.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "./options.ts";
 import { signalName, signalNumber } from "./signals.ts";
 
 /** Stdio choices for stdout and stderr, as Bun names them. */
-export type BunOutput = "pipe" | "inherit" | "ignore" | null;
+export type BunOutput = "pipe" | "inherit" | "ignore" | null | 1 | 2;
 
 /** Stdin choices, as Bun accepts them. */
 export type BunInput =
@@ -23,7 +24,9 @@ export type BunInput =
   | ArrayBuffer
   | Blob
   | Response
-  | ReadableStream<Uint8Array>;
+  | Request
+  | ReadableStream<Uint8Array>
+  | 0;
 
 /** Options of a pooled spawn, as `Bun.spawn`'s plus the pool's own. */
 export interface SpawnOptions extends CommonOptions {
@@ -67,11 +70,36 @@ function toBytes(chunk: string | ArrayBufferView | ArrayBuffer): Uint8Array {
   throw new TypeError("Stdin accepts strings, ArrayBuffers and ArrayBuffer views");
 }
 
-function outputMode(value: unknown, fallback: BunOutput, what: string): StdioMode {
+/** Bun's own stdio files (`Bun.stdin`, `Bun.stdout`, `Bun.stderr`) by fd, where this runs in Bun. */
+function bunStdio(): readonly unknown[] {
+  const bun = (globalThis as { Bun?: { stdin: unknown; stdout: unknown; stderr: unknown } }).Bun;
+  return bun === undefined ? [] : [bun.stdin, bun.stdout, bun.stderr];
+}
+
+/**
+ * A stdio value that names one of the host's file descriptors (a number, `Bun.stdin`/`Bun.stdout`/`Bun.stderr`):
+ * "inherit" for the slot's own, which the worker inherited from the host; a TypeError for any other, which a
+ * command in another process cannot be given. Undefined for values that name no descriptor.
+ */
+function hostFd(value: unknown, fd: 0 | 1 | 2, what: string): "inherit" | undefined {
+  const named = typeof value === "number" ? value : bunStdio().indexOf(value);
+  if (named < 0) return undefined;
+  if (named === fd) return "inherit";
+  throw new TypeError(
+    `${what} cannot be the host's file descriptor ${named} in a pool: a worker can give a command only its own ` +
+      `stdio (${fd} here); use "pipe" and forward the bytes`,
+  );
+}
+
+function outputMode(value: unknown, fallback: "pipe" | "inherit", what: string, fd: 1 | 2): StdioMode {
+  if (hostFd(value, fd, what) === "inherit") return "inherit";
+  if (typeof Blob !== "undefined" && value instanceof Blob) {
+    throw new TypeError(`${what} cannot be a file (Bun.file()) in a pool yet: use "pipe" and write the bytes to it`);
+  }
   const mode = stdioOption(
     value === null ? "ignore" : value,
     ["pipe", "inherit", "ignore"],
-    fallback ?? "ignore",
+    fallback,
     what,
   );
   return mode === "pipe" ? "piped" : mode === "inherit" ? "inherit" : "null";
@@ -79,6 +107,7 @@ function outputMode(value: unknown, fallback: BunOutput, what: string): StdioMod
 
 function stdinSource(value: BunInput | undefined): { mode: StdioMode; source?: StdinSource } {
   if (value === undefined || value === null || value === "ignore") return { mode: "null" };
+  if (hostFd(value, 0, "stdin") === "inherit") return { mode: "inherit" };
   if (value === "pipe") return { mode: "piped" };
   if (value === "inherit") return { mode: "inherit" };
   if (typeof value === "string" || value instanceof ArrayBuffer || ArrayBuffer.isView(value)) {
@@ -86,7 +115,10 @@ function stdinSource(value: BunInput | undefined): { mode: StdioMode; source?: S
   }
   if (value instanceof ReadableStream) return { mode: "piped", source: value };
   if (typeof Blob !== "undefined" && value instanceof Blob) return { mode: "piped", source: value.stream() };
-  if (typeof Response !== "undefined" && value instanceof Response) {
+  if (
+    (typeof Response !== "undefined" && value instanceof Response) ||
+    (typeof Request !== "undefined" && value instanceof Request)
+  ) {
     return { mode: "piped", source: value.body ?? new Uint8Array(0) };
   }
   throw new TypeError(`stdin must be "pipe", "inherit", "ignore", null, bytes, a string, a Blob or a stream`);
@@ -149,13 +181,16 @@ export class PooledSubprocess {
       env: options.env as Record<string, string> | undefined,
       clearEnv: options.env !== undefined,
       stdin: stdin.mode,
-      stdout: outputMode(options.stdout, "pipe", "stdout"),
-      stderr: outputMode(options.stderr, "inherit", "stderr"),
+      stdout: outputMode(options.stdout, "pipe", "stdout", 1),
+      stderr: outputMode(options.stderr, "inherit", "stderr", 2),
       buffered: false,
     });
     if (options.onExit !== undefined && typeof options.onExit !== "function") {
       throw new TypeError("onExit must be a function");
     }
+    // As Bun.spawn, a program or cwd that is certainly missing throws here (code ENOENT, ENOTDIR, EACCES).
+    const failure = scheduler.preflight?.(request);
+    if (failure !== undefined) throw new SpawnError(failure, request.cmd, request.args);
     const execution = new Execution(scheduler, request, { stdinSource: stdin.source, signal: options.signal });
     this.#execution = execution;
     this.stdout = execution.stdout;
@@ -220,6 +255,17 @@ export class PooledSubprocess {
   /** Lets the host exit while the command runs. */
   unref(): void {
     this.#execution.unref();
+  }
+
+  /**
+   * Kills the command with SIGTERM unless it has exited, and waits for its exit: what `await using proc =
+   * spawn(...)` does at the end of its block, as with Bun's `Subprocess`. (Bun's has no `Symbol.dispose`, so
+   * neither has this: a plain `using` is a TypeError in both.) Never rejects: a command that could not start
+   * has nothing to wait for.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.kill();
+    await this.exited.catch(() => {});
   }
 }
 

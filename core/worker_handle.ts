@@ -213,9 +213,24 @@ export class WorkerHandle {
   #dispatch(type: number, id: number, payload: Uint8Array, lent: boolean): void {
     const sink = this.#requests.get(id);
     if (sink === undefined) throw new ProtocolError(`Frame of type ${type} for unknown request ${id}`);
+    // What a worker says of a request is checked against where that request is: a command is spawned once, and
+    // before anything else is said of it; its pid is one the host may signal as a group (never 0 or 1, which
+    // kill() reads as "my group" and "everyone", nor the worker itself).
+    if (type === Frame.Spawned) {
+      const pid = decodeU32(payload);
+      if (sink.pid !== undefined) throw new ProtocolError(`Request ${id} was spawned twice`);
+      if (pid <= 1 || pid === this.process.pid) {
+        throw new ProtocolError(`Request ${id} names pid ${pid} as its command`);
+      }
+      return sink.onSpawned(pid);
+    }
+    if (sink.pid === undefined && type !== Frame.SpawnError) {
+      throw new ProtocolError(`Frame of type ${type} for request ${id} before its spawn`);
+    }
+    if (type === Frame.SpawnError && sink.pid !== undefined) {
+      throw new ProtocolError(`Request ${id} failed to spawn after it was spawned`);
+    }
     switch (type) {
-      case Frame.Spawned:
-        return sink.onSpawned(decodeU32(payload));
       case Frame.SpawnError: {
         const raw = decodeJson(payload);
         if (typeof raw.code !== "string" || typeof raw.message !== "string") {

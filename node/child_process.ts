@@ -12,6 +12,7 @@ import { constants as osConstants } from "node:os";
 import { isAbsolute, resolve } from "node:path";
 import process from "node:process";
 import { Readable, Writable } from "node:stream";
+import { setImmediate } from "node:timers";
 import { fileURLToPath } from "node:url";
 import { format, inspect } from "node:util";
 import { SpawnError } from "../core/errors.ts";
@@ -572,6 +573,12 @@ export class ChildProcess extends EventEmitter {
   /** Exit or failure came: counted once toward 'close'. */
   #settled = false;
   #spawned = false;
+  /**
+   * Events that arrived since the worker reported the spawn, held until a later turn of the event loop: in Node
+   * no output, `'exit'` or `'close'` comes in the turn that emits `'spawn'`, so code that awaits `'spawn'` (and
+   * a few promise hops) before attaching its listeners misses nothing. Undefined outside that window.
+   */
+  #afterSpawn: Array<() => void> | undefined;
   #unrefed = false;
   #watchingStreams = false;
   #abortPending: AbortSignal | undefined;
@@ -618,22 +625,31 @@ export class ChildProcess extends EventEmitter {
     });
     // Every event reaches user code in its own microtask, queued as it arrives from the worker, so events
     // keep their order and an exception in a listener is an uncaught exception of the application (as in
-    // Node), never a failure of the worker's channel or a rejected promise.
+    // Node), never a failure of the worker's channel or a rejected promise. What arrives after the spawn,
+    // even in the same read as the worker's "spawned", waits for a later turn of the event loop (`#deliver`).
     const sink = (fd: StreamFd, controls: OutputControls): OutputSink => {
       const readable = new OutputReadable(controls);
       outputs[fd] = readable;
       return {
-        push: (chunk) => queueMicrotask(() => readable.deliver(chunk)),
-        end: () => queueMicrotask(() => readable.finish()),
-        error: () => queueMicrotask(() => readable.finish()),
+        push: (chunk) => this.#deliver(() => readable.deliver(chunk)),
+        end: () => this.#deliver(() => readable.finish()),
+        error: () => this.#deliver(() => readable.finish()),
       };
     };
     this.#execution = new Execution(scheduler, request, {
       output: sink,
       events: {
-        spawned: (pid) => queueMicrotask(() => this.#onSpawn(pid)),
-        exited: (info) => queueMicrotask(() => this.#onExit(info)),
-        failed: (error) => queueMicrotask(() => this.#onFail(error)),
+        spawned: (pid) => {
+          this.#afterSpawn = [];
+          queueMicrotask(() => this.#onSpawn(pid));
+          setImmediate(() => {
+            const held = this.#afterSpawn!;
+            this.#afterSpawn = undefined;
+            for (const event of held) queueMicrotask(event);
+          });
+        },
+        exited: (info) => this.#deliver(() => this.#onExit(info)),
+        failed: (error) => this.#deliver(() => this.#onFail(error)),
       },
     });
     const execution = this.#execution;
@@ -724,6 +740,12 @@ export class ChildProcess extends EventEmitter {
     );
     if (!this.#unrefed || reading) this.#execution.ref();
     else this.#execution.unref();
+  }
+
+  /** Queues an event for user code: in its own microtask, or after the spawn's turn while that lasts. */
+  #deliver(event: () => void): void {
+    if (this.#afterSpawn !== undefined) this.#afterSpawn.push(event);
+    else queueMicrotask(event);
   }
 
   /** Kills the command unless it was already killed, as Node's `ChildProcess[Symbol.dispose]`. */

@@ -137,10 +137,6 @@ for (const runtime of WORKERS) {
       assert.equal(await readAll(proc.stdout), "sink bytes");
     });
 
-    it("output() refuses piped stdin like Deno", async () => {
-      await assert.rejects(pool.command("cat", { stdin: "piped" }).output(), TypeError);
-    });
-
     it("stdout and stderr piped or null", async () => {
       const both = await pool.command("sh", { args: ["-c", "echo out; echo err >&2"] }).output();
       assert.equal(text(both.stdout), "out\n");
@@ -308,6 +304,39 @@ for (const runtime of WORKERS) {
       assert.equal(await proc.exited, 143);
     });
 
+    it("Bun shape: `await using` kills a running command with SIGTERM and waits for its exit; after exit it does nothing", async () => {
+      let proc: ReturnType<typeof pool.spawn>;
+      let pid = 0;
+      {
+        await using running = pool.spawn(["sleep", "30"]);
+        proc = running;
+        pid = await running.spawned;
+      }
+      assert.deepEqual([proc.exitCode, proc.signalCode, proc.killed], [null, "SIGTERM", true]);
+      assert.deepEqual(await survivors([pid]), []);
+      let done: ReturnType<typeof pool.spawn>;
+      {
+        await using finished = pool.spawn(["sh", "-c", "exit 4"]);
+        done = finished;
+        assert.equal(await finished.exited, 4);
+      }
+      assert.deepEqual([done.exitCode, done.signalCode, done.killed], [4, null, false]);
+      {
+        // A command that could not start: disposal neither throws nor waits.
+        await using missing = pool.spawn(["./spawnpool-no-such-command"], { cwd: scratch });
+        await assert.rejects(missing.exited);
+      }
+    });
+
+    it("status (Deno shape) and exited (Bun shape) never settle before the pid is known", async () => {
+      const child = pool.command("true").spawn();
+      const pidAtStatus = await child.status.then(() => child.pid);
+      assert.ok(typeof pidAtStatus === "number" && pidAtStatus > 0, `pid at status: ${pidAtStatus}`);
+      const proc = pool.spawn(["true"]);
+      const pidAtExited = await proc.exited.then(() => proc.pid);
+      assert.ok(typeof pidAtExited === "number" && pidAtExited > 0, `pid at exited: ${pidAtExited}`);
+    });
+
     it("AbortSignal kills the command with SIGTERM", async () => {
       const controller = new AbortController();
       const child = pool.command("sleep", { args: ["30"], signal: controller.signal }).spawn();
@@ -378,34 +407,63 @@ for (const runtime of WORKERS) {
       assert.equal(await proc.exited, 0);
     });
 
-    it("a missing program fails like the native API: NotFound / ENOENT", async () => {
-      const error = await pool.command("spawnpool-no-such-program").output().then(() => null, (e) => e);
+    it("a missing program throws at the call, as natively: NotFound (Deno shape), ENOENT (Bun shape)", () => {
+      const notFound = (e: Error & { code?: string }) => {
+        assert.deepEqual([e.name, e.code, e.message], [
+          "NotFound",
+          "ENOENT",
+          "Failed to spawn 'spawnpool-no-such-program': entity not found",
+        ]);
+        if (HOST === "deno") assert.ok(e instanceof Deno.errors.NotFound);
+        return true;
+      };
+      assert.throws(() => pool.command("spawnpool-no-such-program").output(), notFound);
+      assert.throws(() => pool.command("spawnpool-no-such-program").spawn(), notFound);
+      assert.throws(() => pool.command("sh", { env: { PATH: scratch } }).output(), /'sh': entity not found/);
+      assert.throws(() => pool.spawn(["spawnpool-no-such-program", "x"]), (e: unknown) => {
+        assert.ok(e instanceof SpawnError);
+        assert.deepEqual([e.code, e.errno, e.path, e.spawnargs], ["ENOENT", -2, "spawnpool-no-such-program", ["x"]]);
+        return true;
+      });
+    });
+
+    it("a missing program the host leaves to the worker (a relative path) fails later, the same way", async () => {
+      const error = await pool.command("./spawnpool-no-such-program", { cwd: scratch }).output().then(
+        () => null,
+        (e) => e,
+      );
       assert.equal(error.name, "NotFound");
       assert.equal(error.code, "ENOENT");
       if (HOST === "deno") assert.ok(error instanceof Deno.errors.NotFound);
-      const proc = pool.spawn(["spawnpool-no-such-program", "x"]);
+      const proc = pool.spawn(["./spawnpool-no-such-program", "x"], { cwd: scratch });
       const bunError = await proc.exited.then(() => null, (e) => e);
       assert.ok(bunError instanceof SpawnError);
-      assert.deepEqual([bunError.code, bunError.path, bunError.spawnargs], ["ENOENT", "spawnpool-no-such-program", [
+      assert.deepEqual([bunError.code, bunError.path, bunError.spawnargs], ["ENOENT", "./spawnpool-no-such-program", [
         "x",
       ]]);
       await assert.rejects(proc.spawned, SpawnError);
     });
 
-    it("a program that is not executable fails with PermissionDenied / EACCES", async () => {
+    it("a program that is not executable fails with PermissionDenied / EACCES: at the call, or later from its worker", async () => {
       const file = join(scratch, "not-executable.sh");
       writeFileSync(file, "#!/bin/sh\necho no\n");
       chmodSync(file, 0o644);
-      const error = await pool.command(file).output().then(() => null, (e) => e);
-      assert.equal(error.name, "PermissionDenied");
-      assert.equal(error.code, "EACCES");
-      const bunError = await pool.spawn([file]).exited.then(() => null, (e) => e);
+      const denied = (e: Error & { code?: string }) => e.name === "PermissionDenied" && e.code === "EACCES";
+      assert.throws(() => pool.command(file).output(), denied);
+      assert.throws(() => pool.spawn([file]), (e: unknown) => e instanceof SpawnError && e.code === "EACCES");
+      const error = await pool.command("./not-executable.sh", { cwd: scratch }).output().then(() => null, (e) => e);
+      assert.ok(denied(error), String(error));
+      const bunError = await pool.spawn(["./not-executable.sh"], { cwd: scratch }).exited.then(() => null, (e) => e);
       assert.equal(bunError.code, "EACCES");
     });
 
-    it("other spawn failures keep their errno name (ENOTDIR)", async () => {
+    it("other spawn failures keep their errno name (ENOTDIR), from the host's check or from the worker", async () => {
       // Node throws these from spawn() rather than emitting them; every worker reports the code all the same.
-      const bunError = await pool.spawn(["/etc/passwd/x"]).exited.then(() => null, (e) => e);
+      assert.throws(
+        () => pool.spawn(["/etc/passwd/x"]),
+        (e: unknown) => e instanceof SpawnError && e.code === "ENOTDIR",
+      );
+      const bunError = await pool.spawn(["passwd/x"], { cwd: "/etc" }).exited.then(() => null, (e) => e);
       assert.equal(bunError?.code, "ENOTDIR");
     });
 
@@ -519,15 +577,57 @@ for (const runtime of WORKERS) {
       assert.throws(() => new Pool({ size: 2.5 }), RangeError);
     });
 
-    it("a cwd that does not exist fails like the native API, and the worker goes on", async () => {
+    it("a cwd that does not exist, or is not a directory, throws at the call; a relative one fails from its worker", async () => {
       const missing = join(scratch, "no-such-dir");
-      await assert.rejects(pool.command("pwd", { cwd: missing }).output(), (e: unknown) => {
+      const file = join(scratch, "a-file");
+      writeFileSync(file, "");
+      const deno = (name: string, message: string) => (e: Error & { code?: string }) => {
+        assert.deepEqual([e.name, e.message], [name, `Failed to spawn 'pwd': ${message}`]);
+        return true;
+      };
+      assert.throws(() => pool.command("pwd", { cwd: missing }).output(), deno("NotFound", `No such cwd '${missing}'`));
+      assert.throws(
+        () => pool.command("pwd", { cwd: file }).spawn(),
+        deno("NotADirectory", `cwd is not a directory '${file}'`),
+      );
+      assert.throws(
+        () => pool.spawn(["pwd"], { cwd: missing }),
+        (e: unknown) => e instanceof SpawnError && e.code === "ENOENT",
+      );
+      assert.throws(
+        () => pool.spawn(["pwd"], { cwd: file }),
+        (e: unknown) => e instanceof SpawnError && e.code === "ENOTDIR",
+      );
+      await assert.rejects(pool.command("pwd", { cwd: "spawnpool-no-such-dir" }).output(), (e: unknown) => {
         return (e as { code?: string }).code === "ENOENT";
       });
-      await assert.rejects(pool.spawn(["pwd"], { cwd: missing }).exited, (e: unknown) => {
+      await assert.rejects(pool.spawn(["pwd"], { cwd: "spawnpool-no-such-dir" }).exited, (e: unknown) => {
         return e instanceof SpawnError && e.code === "ENOENT";
       });
       assert.equal(text((await pool.command("echo", { args: ["fine"] }).output()).stdout), "fine\n");
+    });
+
+    it("Deno shape: piped stdin with output() and an unknown signal are TypeErrors at the call; kill() after exit throws", async () => {
+      assert.throws(() => pool.command("cat", { stdin: "piped" }).output(), {
+        name: "TypeError",
+        message: "Piped stdin is not supported for this function, use 'Deno.Command.spawn()' instead",
+      });
+      const child = pool.command("sleep", { args: ["30"] }).spawn();
+      assert.throws(() => child.kill("SIGFOO"), { name: "TypeError", message: "Invalid signal: SIGFOO" });
+      child.kill("SIGKILL");
+      assert.equal((await child.status).signal, "SIGKILL");
+      assert.throws(() => child.kill(), { name: "TypeError", message: "Child process has already terminated" });
+    });
+
+    it("Bun shape: stdio as the host's own descriptors (numbers, Bun.stdout) inherit; another slot's is a TypeError", async () => {
+      const proc = pool.spawn(["sh", "-c", "exit 3"], { stdin: 0, stdout: 1, stderr: 2 });
+      assert.deepEqual([proc.stdin, proc.stdout, proc.stderr], [undefined, undefined, undefined]);
+      assert.equal(await proc.exited, 3);
+      assert.throws(() => pool.spawn(["true"], { stdout: 2 }), /stdout cannot be the host's file descriptor 2/);
+      assert.throws(() => pool.spawn(["true"], { stdout: 7 as 1 }), /file descriptor 7/);
+      assert.throws(() => pool.spawn(["true"], { stdout: new Blob([]) as unknown as "pipe" }), /Bun\.file\(\)/);
+      const echoed = pool.spawn(["cat"], { stdin: new Request("http://localhost/", { method: "POST", body: "req" }) });
+      assert.equal(await new Response(echoed.stdout).text(), "req");
     });
 
     it("balances requests across workers", async () => {

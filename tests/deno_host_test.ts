@@ -1,17 +1,18 @@
 /**
  * A Deno host as users run it: spawnpool imported from a remote URL (as from JSR, here a local HTTP server
  * serving this checkout, into an empty DENO_DIR), with Deno workers started from that URL, and Bun workers
- * refused with an error that names the npm package; and a host missing a permission, whose error names the flag
- * to add. Runs `deno` as a child of any test runtime.
+ * refused with an error that names the npm package; a host missing a permission, whose error names the flag
+ * to add; and a host whose `--allow-run` is scoped, whose commands the pool runs only where Deno would. Runs
+ * `deno` as a child of any test runtime.
  */
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
-import { join, normalize } from "node:path";
+import { delimiter, join, normalize } from "node:path";
 import process from "node:process";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -101,9 +102,9 @@ describe("a Deno host", () => {
     assert.match(out, /^ERR ERR_WORKER_START bun workers need spawnpool from npm .*deno add npm:spawnpool/m);
   });
 
-  it("without --allow-run: the request fails with ERR_WORKER_START naming the flag", async () => {
+  it("without --allow-run: the command fails as Deno.Command would, naming the flag", async () => {
     const { out } = await deno(["--allow-net", "--allow-read"], probe(join(root, "mod.ts")));
-    assert.match(out, /^ERR ERR_WORKER_START .*--allow-run/m);
+    assert.equal(out.trim(), 'ERR undefined Requires run access to "echo", run again with the --allow-run flag');
   });
 
   it("without --allow-net: the request fails with ERR_WORKER_START naming the flag", async () => {
@@ -114,5 +115,106 @@ describe("a Deno host", () => {
   it("with --allow-run --allow-net only, Deno workers run", async () => {
     const { out } = await deno(["--allow-run", "--allow-net"], probe(join(root, "mod.ts")));
     assert.equal(out.trim(), "from a deno worker deno");
+  });
+});
+
+/**
+ * What a scoped `--allow-run` must name for a pool's `runtime` workers: the path found on PATH (what the pool runs
+ * for Bun and Node workers) and its real path (a Deno host's own executable, for Deno workers).
+ */
+function workerPaths(runtime: string): string {
+  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
+    const path = join(dir, runtime);
+    try {
+      return `${path},${realpathSync(path)}`;
+    } catch {
+      // not in this directory
+    }
+  }
+  throw new Error(`${runtime} is not on PATH`);
+}
+
+/**
+ * A host that tries each spawn path (the Deno shape's output() and spawn(), the Bun shape, the node drop-in's
+ * spawn and execFile) with `cmd`, printing "<path> <cmd> ok <stdout>" or "<path> <cmd> <error class> <message>".
+ */
+const permissionProbe = (runtime: string, commands: string[], env: Record<string, string> = {}) => `
+import { Pool } from "${join(root, "mod.ts")}";
+import { childProcessFor } from "${join(root, "node.ts")}";
+import process from "node:process";
+const pool = new Pool({ size: 1, runtime: "${runtime}" });
+const childProcess = childProcessFor(pool);
+await pool.ready();
+const env = ${JSON.stringify(env)};
+const text = (bytes) => new TextDecoder().decode(bytes).trim();
+const kind = (error) => error instanceof Deno.errors.NotCapable ? "NotCapable" : error?.name;
+for (const cmd of ${JSON.stringify(commands)}) {
+  const paths = {
+    output: async () => text((await pool.command(cmd, { args: ["x"], env }).output()).stdout),
+    spawn: async () => text((await pool.command(cmd, { args: ["x"], env, stdout: "piped" }).spawn().output()).stdout),
+    bun: async () => (await new Response(pool.spawn([cmd, "x"], { env: { ...Deno.env.toObject(), ...env } }).stdout).text()).trim(),
+    node: () => new Promise((resolve, reject) => {
+      const child = childProcess.spawn(cmd, ["x"], { env: { ...process.env, ...env } });
+      let out = "";
+      child.stdout.on("data", (chunk) => (out += chunk));
+      child.on("error", reject);
+      child.on("close", () => resolve(out.trim()));
+    }),
+    execFile: () => new Promise((resolve, reject) => {
+      childProcess.execFile(cmd, ["x"], { env: { ...process.env, ...env } }, (error, stdout) => error ? reject(error) : resolve(stdout.trim()));
+    }),
+  };
+  for (const [path, run] of Object.entries(paths)) {
+    try {
+      console.log(path, cmd, "ok", await run());
+    } catch (error) {
+      console.log(path, cmd, kind(error), error.message);
+    }
+  }
+}
+await pool.close();
+`;
+
+describe("a Deno host's run permission binds every pooled command", () => {
+  const PATHS = ["output", "spawn", "bun", "node", "execFile"];
+  const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno").split(",");
+  const rest = ["--allow-net", "--allow-read", "--allow-env"];
+  const notCapable = (path: string, cmd: string) =>
+    `${path} ${cmd} NotCapable Requires run access to "${cmd}", run again with the --allow-run flag`;
+
+  for (const runtime of WORKERS) {
+    it(`--allow-run=<${runtime} worker>,echo: echo runs, id is NotCapable on every spawn path (${runtime} workers)`, async () => {
+      const allow = `--allow-run=${workerPaths(runtime)},echo`;
+      const { out } = await deno([allow, ...rest], permissionProbe(runtime, ["echo", "id"]));
+      const lines = out.trim().split("\n");
+      assert.deepEqual(lines, [
+        ...PATHS.map((path) => `${path} echo ok x`),
+        ...PATHS.map((path) => notCapable(path, "id")),
+      ]);
+    });
+
+    it(`--deny-run=id with everything else allowed: id is NotCapable (${runtime} workers)`, async () => {
+      const { out } = await deno(["-A", "--deny-run=id"], permissionProbe(runtime, ["id", "echo"]));
+      assert.deepEqual(out.trim().split("\n"), [
+        ...PATHS.map((path) => notCapable(path, "id")),
+        ...PATHS.map((path) => `${path} echo ok x`),
+      ]);
+    });
+  }
+
+  it("a loader variable (LD_PRELOAD) needs an unscoped --allow-run, as with Deno.Command", async () => {
+    const allow = `--allow-run=${workerPaths("deno")},echo`;
+    const { out } = await deno([allow, ...rest], permissionProbe("deno", ["echo"], { LD_PRELOAD: "x.so" }));
+    const message = "NotCapable Requires --allow-run permissions to spawn subprocess with LD_PRELOAD environment " +
+      "variable. Alternatively, spawn with the environment variable unset.";
+    assert.deepEqual(out.trim().split("\n"), PATHS.map((path) => `${path} echo ${message}`));
+  });
+
+  it("an unscoped --allow-run runs any command, loader variables included", async () => {
+    const { out } = await deno(
+      ["--allow-run", ...rest],
+      permissionProbe("deno", ["basename"], { LD_LIBRARY_PATH: "/nowhere" }),
+    );
+    assert.deepEqual(out.trim().split("\n"), PATHS.map((path) => `${path} basename ok x`));
   });
 });

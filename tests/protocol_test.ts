@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
+import { once } from "node:events";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { Socket } from "node:net";
@@ -42,8 +43,9 @@ import {
 } from "../core/frame.ts";
 import { type RequestSink, WorkerHandle } from "../core/worker_handle.ts";
 import { Pool, SpawnPoolError } from "../mod.ts";
+import { childProcessFor } from "../node.ts";
 import { serve } from "../worker/serve.ts";
-import { fixture, frame, survivors } from "./_helpers.ts";
+import { fixture, frame, survivors, withTimeout } from "./_helpers.ts";
 
 /** A small seeded PRNG (xorshift32), so every fuzz run is reproducible. */
 function random(seed: number): () => number {
@@ -564,7 +566,7 @@ describe("request ids", () => {
     await worker.ready;
     const completed: number[] = [];
     const sink = (name: number) =>
-      ({ pid: undefined, onExit: () => void completed.push(name) }) as unknown as RequestSink;
+      ({ pid: 5000 + name, onExit: () => void completed.push(name) }) as unknown as RequestSink; // spawned already
     const exit = (id: number) =>
       push(frame(Frame.Exit, id, concatBytes(encodeExit({ code: 0, signal: null, reason: null }))));
     assert.deepEqual([worker.begin(sink(1), false), worker.begin(sink(2), false), worker.begin(sink(3), false)], [
@@ -597,6 +599,11 @@ describe("a live worker that breaks the protocol", () => {
     ["unknown-request", "ERR_PROTOCOL"],
     ["malformed-exit", "ERR_PROTOCOL"],
     ["random-bytes", "ERR_PROTOCOL"],
+    ["pid-0", "ERR_PROTOCOL"],
+    ["pid-1", "ERR_PROTOCOL"],
+    ["pid-worker", "ERR_PROTOCOL"],
+    ["spawned-twice", "ERR_PROTOCOL"],
+    ["exit-before-spawned", "ERR_PROTOCOL"],
     ["truncated-then-exit", "ERR_WORKER_DIED"],
     ["close-channel", "ERR_WORKER_DIED"],
   ];
@@ -620,4 +627,45 @@ describe("a live worker that breaks the protocol", () => {
       }
     });
   }
+});
+
+describe("a worker whose whole answer arrives in one read (the node drop-in's event timing)", () => {
+  // In Node, 'spawn' comes on its own turn of the event loop: code that awaits it, takes a few promise hops and
+  // only then attaches its listeners misses no output, 'exit' or 'close'. The worker here answers a request with
+  // Spawned, output, its end and Exit in one write, so nothing but the host's own scheduling keeps them apart.
+  const hops = async () => {
+    for (let i = 0; i < 3; i++) await Promise.resolve();
+  };
+
+  it("output piped: after awaiting 'spawn' and three promise hops, the listeners get every byte, 'exit' and 'close'", async () => {
+    writeFileSync(modeFile, "all-at-once");
+    const pool = new Pool({ size: 1, runtime: "node", execPath: fixture("rogue_worker.sh") });
+    try {
+      const child = childProcessFor(pool).spawn("echo", ["hi"], { stdio: ["ignore", "pipe", "ignore"] });
+      await once(child, "spawn");
+      await hops();
+      let out = "";
+      child.stdout!.on("data", (chunk) => (out += chunk));
+      const both = Promise.all([once(child, "exit"), once(child, "close")]);
+      const [[exitCode], [closeCode]] = await withTimeout(both, 5000, "'exit' or 'close' never came");
+      assert.deepEqual({ out, exitCode, closeCode }, { out: "hi\n", exitCode: 0, closeCode: 0 });
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it("stdio 'ignore': 'exit' and 'close' attached after awaiting 'spawn' still come", async () => {
+    writeFileSync(modeFile, "all-at-once");
+    const pool = new Pool({ size: 1, runtime: "node", execPath: fixture("rogue_worker.sh") });
+    try {
+      const child = childProcessFor(pool).spawn("true", [], { stdio: "ignore" });
+      await once(child, "spawn");
+      await hops();
+      const both = Promise.all([once(child, "exit"), once(child, "close")]);
+      const [[exitCode], [closeCode]] = await withTimeout(both, 5000, "'exit' or 'close' never came");
+      assert.deepEqual([exitCode, closeCode], [0, 0]);
+    } finally {
+      await pool.close();
+    }
+  });
 });

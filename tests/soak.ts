@@ -63,7 +63,8 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
       if (!catBytes.equals(Buffer.from(out.stdout)) || out.code !== 0) wrong.push(`cat ${i}`);
     },
     async (i: number) => {
-      const proc = pool.spawn(["no-such-program-for-soak"]);
+      // A relative path: the host's own check leaves it to the worker, whose failure path this exercises.
+      const proc = pool.spawn(["./no-such-program-for-soak"]);
       try {
         await proc.exited;
         wrong.push(`missing ${i} ran`);

@@ -1,0 +1,99 @@
+/**
+ * What the host can tell, cheaply and for certain, about a command that could not start: a program that is not
+ * on PATH or not executable, a cwd that is missing or not a directory. `Deno.Command` and `Bun.spawn` throw
+ * those at the call; their shapes here do the same with this check, before the request leaves the host. Where
+ * the host cannot see what the worker will see, it says nothing and the worker reports the failure as it comes.
+ *
+ * @module
+ */
+
+import { statSync } from "node:fs";
+import { delimiter, isAbsolute, join } from "node:path";
+import process from "node:process";
+import type { SpawnFailure, SpawnRequest } from "../core/frame.ts";
+
+interface DenoPermissions {
+  permissions: { querySync(descriptor: { name: string; variable?: string }): { state: string; partial?: boolean } };
+}
+
+/**
+ * Whether this process may look at files and PATH without asking: always outside Deno; in Deno with an unscoped
+ * read permission and PATH readable (a check must never prompt, nor fail for a permission the spawn itself
+ * does not need).
+ */
+function mayLook(): boolean {
+  const deno = (globalThis as { Deno?: DenoPermissions }).Deno;
+  if (deno === undefined) return true;
+  const read = deno.permissions.querySync({ name: "read" });
+  return read.state === "granted" && !read.partial &&
+    deno.permissions.querySync({ name: "env", variable: "PATH" }).state === "granted";
+}
+
+/**
+ * What `path` is: "missing", "notdir" (a component is a file), "dir", "exec" (a file with an execute bit) or "file"
+ * (one with none, which nobody may execute), or undefined if it cannot be told.
+ */
+function kind(path: string): "missing" | "notdir" | "dir" | "exec" | "file" | undefined {
+  try {
+    const stat = statSync(path);
+    return stat.isDirectory() ? "dir" : (stat.mode & 0o111) !== 0 ? "exec" : "file";
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    return code === "ENOENT" ? "missing" : code === "ENOTDIR" ? "notdir" : undefined;
+  }
+}
+
+/** Programs found on PATH, by PATH and name: a found program is looked up once (a lost one fails in its worker). */
+const found = new Map<string, true>();
+/** Entries kept in `found` before it starts again: a host running many different programs stays small. */
+const MAX_FOUND = 1024;
+
+/**
+ * The failure a spawn of `request` is certain to meet, or undefined when it may start (or the host cannot tell).
+ * Relative programs and cwds are left to the worker, whose working directory may not be the host's current one.
+ */
+export function preflight(request: SpawnRequest): SpawnFailure | undefined {
+  const { cmd, cwd } = request;
+  const checksCwd = cwd !== undefined && isAbsolute(cwd);
+  const checksCmd = cmd.includes("/") ? isAbsolute(cmd) : true;
+  if (!(checksCwd || checksCmd) || !mayLook()) return undefined;
+  if (checksCwd) {
+    const what = kind(cwd);
+    if (what === "missing") return { code: "ENOENT", errno: -2, message: `No such cwd '${cwd}'` };
+    if (what === "exec" || what === "file") {
+      return { code: "ENOTDIR", errno: -20, message: `cwd is not a directory '${cwd}'` };
+    }
+  }
+  if (!checksCmd) return undefined;
+  if (cmd.includes("/")) {
+    const what = kind(cmd);
+    if (what === "missing") return { code: "ENOENT", errno: -2, message: "No such file or directory" };
+    if (what === "notdir") return { code: "ENOTDIR", errno: -20, message: "Not a directory" };
+    if (what === "dir" || what === "file") return { code: "EACCES", errno: -13, message: "Permission denied" };
+    return undefined;
+  }
+  // The worker's PATH: the request's, or (as the host's environment was when its worker started) the host's.
+  const env = request.env;
+  const path = env !== undefined && Object.hasOwn(env, "PATH")
+    ? env.PATH
+    : request.clearEnv
+    ? undefined
+    : process.env.PATH;
+  if (path === undefined) return undefined; // the runtime's default search path: left to the worker
+  const key = `${path}\0${cmd}`;
+  if (found.has(key)) return undefined;
+  for (const dir of path.split(delimiter)) {
+    // A relative entry is the worker's to resolve, and an entry that cannot be read may hold it: no verdict.
+    if (dir === "" || !isAbsolute(dir)) return undefined;
+    const candidate = join(dir, cmd);
+    const what = kind(candidate);
+    // A file nobody may execute makes the search end in EACCES rather than ENOENT: left to the worker.
+    if (what === undefined || what === "file") return undefined;
+    if (what === "exec") {
+      if (found.size >= MAX_FOUND) found.clear();
+      found.set(key, true);
+      return undefined;
+    }
+  }
+  return { code: "ENOENT", errno: -2, message: "entity not found" };
+}
