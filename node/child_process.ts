@@ -596,11 +596,20 @@ export class ChildProcess extends EventEmitter {
    * @param abortSignal What an abort of `spec.signal` sends: `killSignal` for spawn, SIGTERM for execFile and
    * exec (where `killSignal` is for the timeout and maxBuffer only, as in Node).
    */
-  constructor(scheduler: Scheduler, spec: PooledSpawn, abortSignal: string = spec.killSignal) {
+  constructor(scheduler: Scheduler, spec: PooledSpawn, abortSignal?: string) {
     super();
+    // Node's `new ChildProcess()` then `child.spawn(options)` (internal options: envPairs, file, args) has
+    // no pooled form: say so, rather than fail on the missing arguments.
+    if (scheduler === undefined || spec === undefined) {
+      throw nodeError(
+        TypeError,
+        "ERR_METHOD_NOT_IMPLEMENTED",
+        "The ChildProcess() constructor is not implemented by spawnpool/node: use spawn(), execFile() or exec()",
+      );
+    }
     this.spawnfile = spec.file;
     this.spawnargs = spec.spawnargs as string[];
-    this.#abortSignal = abortSignal;
+    this.#abortSignal = abortSignal ?? spec.killSignal;
     const outputs: [undefined, OutputReadable | undefined, OutputReadable | undefined] = [
       undefined,
       undefined,

@@ -1111,6 +1111,32 @@ describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
     );
   });
 
+  it("new ChildProcess() says it is not implemented", () => {
+    const error = thrownError(() => new (pooled.ChildProcess as unknown as new () => unknown)());
+    assert.equal((error as Error & { code?: string }).code, "ERR_METHOD_NOT_IMPLEMENTED");
+    assert.match(error.message, /use spawn\(\), execFile\(\) or exec\(\)/);
+  });
+
+  it("output across stdout and stderr comes in the order the worker read it, also when it arrives at once", async () => {
+    // 50 ms between writes: the worker reads each on its own; the host is busy while they arrive, so they
+    // reach it together and only the host can reorder them.
+    const child = pooled.spawn("sh", [
+      "-c",
+      "for i in 1 2 3 4; do echo o$i; sleep 0.05; echo e$i >&2; sleep 0.05; done",
+    ]);
+    const seen: string[] = [];
+    for (const stream of [child.stdout!, child.stderr!]) {
+      stream.setEncoding("utf8");
+      stream.on("data", (chunk: string) => seen.push(...chunk.trim().split("\n")));
+    }
+    child.on("spawn", () => {
+      const until = Date.now() + 600;
+      while (Date.now() < until); // busy: the output queues up
+    });
+    await new Promise((resolve) => child.on("close", resolve));
+    assert.deepEqual(seen, ["o1", "e1", "o2", "e2", "o3", "e3", "o4", "e4"]);
+  });
+
   it("stdin is a write-only stream, as Node's pipe socket", async () => {
     const child = pooled.spawn("cat");
     assert.equal((child.stdin as { readable?: unknown }).readable, false);
