@@ -355,6 +355,7 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
 
   const stdio = stdioModes(o.stdio);
   if (typeof stdio === "string") return stdio;
+  // Every field its own, the optional ones too: one left out would be read from Object.prototype.
   const spec: PooledSpawn = {
     file: cmd,
     args: strArgs,
@@ -367,11 +368,11 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
     detached: o.detached === true,
     timeout,
     killSignal,
+    argv0,
+    uid,
+    gid,
+    signal,
   };
-  if (argv0 !== undefined) spec.argv0 = argv0;
-  if (uid !== undefined) spec.uid = uid;
-  if (gid !== undefined) spec.gid = gid;
-  if (signal !== undefined) spec.signal = signal;
   return spec;
 }
 

@@ -1086,10 +1086,11 @@ describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
     const proto = Object.prototype as Record<string, unknown>;
     proto.cwd = "/not/existing";
     proto.shell = true;
-    proto.uid = 0;
+    proto.uid = 12345; // read, it would run the command as another user (or fail with EPERM)
+    proto.argv0 = "tampered";
     try {
-      const { stdout } = await promisify(pooled.execFile)("sh", ["-c", "pwd; id -u"]);
-      assert.equal(stdout, `${process.cwd()}\n${process.getuid!()}\n`);
+      const { stdout } = await promisify(pooled.execFile)("sh", ["-c", "pwd; id -u; echo $0"]);
+      assert.equal(stdout, `${process.cwd()}\n${process.getuid!()}\nsh\n`);
       const child = pooled.spawn("pwd");
       const [code] = await new Promise<unknown[]>((resolve) => child.on("close", (...a) => resolve(a)));
       assert.equal(code, 0);
@@ -1097,6 +1098,7 @@ describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
       delete proto.cwd;
       delete proto.shell;
       delete proto.uid;
+      delete proto.argv0;
     }
   });
 
