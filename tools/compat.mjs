@@ -17,7 +17,8 @@
 // Getting a test/ folder: `git clone --depth 1 --branch v24.12.0 https://github.com/nodejs/node` (large), or
 // `git clone https://github.com/denoland/node_test` and pick the commit "Track Node.js 24.x".
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { bin, buildDist, root } from "./setup.mjs";
@@ -126,11 +127,18 @@ function runOne(testDir, name, mode, slot) {
   const args = [...flagsOf(file)];
   if (mode === "drop-in") args.unshift("--import", join(root, "tools", "compat_redirect.mjs"));
   const started = Date.now();
+  const marker = join(markers, `${mode}-${slot}`);
+  rmSync(marker, { force: true });
   return new Promise((done) => {
     const child = spawn(node, [...args, file], {
       cwd: join(testDir, ".."),
       // Each parallel slot gets its own test/.tmp.<id> (test/common/tmpdir reads TEST_THREAD_ID).
-      env: { ...process.env, TEST_THREAD_ID: `${mode === "drop-in" ? "d" : "n"}${slot}`, NODE_OPTIONS: "" },
+      env: {
+        ...process.env,
+        TEST_THREAD_ID: `${mode === "drop-in" ? "d" : "n"}${slot}`,
+        NODE_OPTIONS: "",
+        SPAWNPOOL_COMPAT_USED: marker,
+      },
       stdio: ["ignore", "pipe", "pipe"],
       detached: true,
     });
@@ -155,7 +163,7 @@ function runOne(testDir, name, mode, slot) {
         // gone
       }
       const why = timedOut ? `timeout after ${opts.timeout} s` : signal ? `signal ${signal}` : `exit ${code}`;
-      done({ ok: code === 0 && !timedOut, why, ms: Date.now() - started, output });
+      done({ ok: code === 0 && !timedOut, why, ms: Date.now() - started, output, pooled: existsSync(marker) });
     });
   });
 }
@@ -176,6 +184,9 @@ async function runAll(testDir, names) {
 }
 
 buildDist();
+/** Where the preload notes that a test ran commands through the pool (see tools/compat_redirect.mjs). */
+const markers = mkdtempSync(join(tmpdir(), "spawnpool-compat-"));
+process.on("exit", () => rmSync(markers, { recursive: true, force: true }));
 const testDir = testsFolder();
 const names = readdirSync(join(testDir, "parallel"))
   .filter((name) => /^test-child-process-.*\.(js|mjs|cjs)$/.test(name) && name.includes(opts.filter)).sort();
@@ -187,7 +198,8 @@ for (let run = 1; run <= Number(opts.runs); run++) {
   runs.push(results);
   console.log(`\n--- run ${run} (${Math.round((Date.now() - started) / 1000)} s)`);
   for (const [name, r] of results) {
-    console.log(`${r.native.ok ? "pass" : "FAIL"} ${r["drop-in"].ok ? "pass" : "FAIL"}  ${name}`);
+    const used = r["drop-in"].pooled ? "pool" : "    ";
+    console.log(`${r.native.ok ? "pass" : "FAIL"} ${r["drop-in"].ok ? "pass" : "FAIL"} ${used}  ${name}`);
   }
   const count = (mode) => [...results.values()].filter((r) => r[mode].ok).length;
   const lost = [...results].filter(([, r]) => r.native.ok && !r["drop-in"].ok).map(([name]) => name);
@@ -209,16 +221,22 @@ const lines = [
   `\`npm run compat -- ${process.argv.slice(2).join(" ")}\`: ${names.length} files from \`${testDir}\`, ` +
   `Node ${spawnSync(node, ["--version"]).stdout.toString().trim()}, ${opts.jobs} at a time, ${opts.timeout} s timeout.`,
   "",
-  "| run | native passes | drop-in passes | drop-in passes among native passes | pass natively, fail with the drop-in |",
-  "|---|---|---|---|---|",
+  "`pool`: the file ran commands through the pool (the others use only what the drop-in re-exports, such as",
+  "`fork` and the sync APIs, or fail before spawning).",
+  "",
+  "| run | native passes | drop-in passes | drop-in passes among native passes | of those using the pool | " +
+  "pass natively, fail with the drop-in |",
+  "|---|---|---|---|---|---|",
 ];
 runs.forEach((results, i) => {
   const all = [...results.values()];
   const native = all.filter((r) => r.native.ok);
   const both = native.filter((r) => r["drop-in"].ok).length;
+  const pooled = native.filter((r) => r["drop-in"].pooled);
+  const pooledBoth = pooled.filter((r) => r["drop-in"].ok).length;
   lines.push(
     `| ${i + 1} | ${native.length} | ${all.filter((r) => r["drop-in"].ok).length} | ${both}/${native.length} ` +
-      `(${(100 * both / native.length).toFixed(1)} %) | ${native.length - both} |`,
+      `(${(100 * both / native.length).toFixed(1)} %) | ${pooledBoth}/${pooled.length} | ${native.length - both} |`,
   );
 });
 lines.push("", "Files that failed in some run (runs passed, native / drop-in):", "");
@@ -233,4 +251,4 @@ for (const name of names) {
 }
 mkdirSync(join(opts.out, ".."), { recursive: true });
 writeFileSync(opts.out, lines.join("\n") + "\n");
-console.log(`\n${lines.slice(4).join("\n")}\n\nWrote ${opts.out}`);
+console.log(`\n${lines.slice(7).join("\n")}\n\nWrote ${opts.out}`);
