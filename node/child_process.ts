@@ -658,7 +658,10 @@ export class ChildProcess extends EventEmitter {
             for (const event of held) queueMicrotask(event);
           });
         },
-        exited: (info) => this.#deliver(() => this.#onExit(info)),
+        // The exit waits for a later macrotask, as in Node, where it comes in a libuv callback of its own after the
+        // pipes' last reads: code that reads one output to its end (a few promise hops) and then starts on the
+        // other must find it still unread, not resumed into nobody by the exit's flush of unread outputs.
+        exited: (info) => void setImmediate(() => this.#deliver(() => this.#onExit(info))),
         failed: (error) => this.#deliver(() => this.#onFail(error)),
       },
     });
