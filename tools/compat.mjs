@@ -13,6 +13,10 @@
 //                                                     only a URL needs the network (a blobless clone)
 //   --runs N (default 1)  --jobs N (default 2)  --timeout S (default 60, per file and mode)
 //   --filter TEXT (only files whose name contains it)  --out FILE
+//   npm run compat -- --client tinyexec [--from-git <git dir or URL>] [--runs N]
+//                                                     a client library's own test suite instead, plain and with the
+//                                                     preload: its source from git (default: its GitHub URL, which
+//                                                     needs the network), its dev dependencies from npm (network)
 //
 // Getting a test/ folder: `git clone --depth 1 --branch v24.12.0 https://github.com/nodejs/node` (large), or
 // `git clone https://github.com/denoland/node_test` and pick the commit "Track Node.js 24.x".
@@ -33,6 +37,7 @@ const { values: opts } = parseArgs({
     timeout: { type: "string", default: "60" },
     filter: { type: "string", default: "" },
     out: { type: "string", default: join(root, "bench", "results", "latest.compat.md") },
+    client: { type: "string" },
   },
 });
 const cache = join(root, ".cache", "compat");
@@ -48,19 +53,24 @@ function testsFolder() {
     console.error("Give --node-tests <node>/test or --from-git <repository> (see the top of tools/compat.mjs)");
     process.exit(2);
   }
-  let gitDir = resolve(opts["from-git"]);
-  if (!existsSync(gitDir)) {
-    // A URL: a blobless bare clone, whose blobs git fetches as the extraction reads them. Needs the network.
-    gitDir = join(cache, `${basename(opts["from-git"]).replace(/\.git$/, "")}.git`);
-    if (!existsSync(gitDir)) {
-      console.log(`Fetching ${opts["from-git"]} (network) into ${gitDir}`);
-      git(null, ["clone", "--bare", "--filter=blob:none", opts["from-git"], gitDir]);
-    }
-  } else if (existsSync(join(gitDir, ".git"))) gitDir = join(gitDir, ".git");
+  const gitDir = gitDirOf(opts["from-git"]);
   const commit = git(gitDir, ["rev-parse", `${opts.ref}^{commit}`]).trim();
   const dir = join(cache, `node-tests-${commit.slice(0, 12)}`);
   if (!existsSync(join(dir, "test", "common"))) extract(gitDir, commit, dir);
   return join(dir, "test");
+}
+
+/** A local git directory (or a work tree's), or a blobless bare clone of a URL in the cache (network). */
+function gitDirOf(source) {
+  const local = resolve(source);
+  if (existsSync(local)) return existsSync(join(local, ".git")) ? join(local, ".git") : local;
+  const gitDir = join(cache, `${basename(source).replace(/\.git$/, "")}.git`);
+  if (!existsSync(gitDir)) {
+    console.log(`Fetching ${source} (network) into ${gitDir}`);
+    mkdirSync(cache, { recursive: true });
+    git(null, ["clone", "--bare", "--filter=blob:none", source, gitDir]);
+  }
+  return gitDir;
 }
 
 function git(gitDir, args, input) {
@@ -183,7 +193,82 @@ async function runAll(testDir, names) {
   return results;
 }
 
+/** Client libraries whose own suites run the same way: how to build them and run their tests with `node`. */
+const CLIENTS = {
+  tinyexec: { url: "https://github.com/tinylibs/tinyexec", build: ["npx", "tsc"], test: ["--test", "lib/test/*.js"] },
+};
+
+/** A client's source at `--ref`, extracted into the cache, its dev dependencies installed and built. */
+function prepareClient(name) {
+  const client = CLIENTS[name];
+  if (!client) throw new Error(`Unknown client ${name}; known: ${Object.keys(CLIENTS).join(", ")}`);
+  const gitDir = gitDirOf(opts["from-git"] ?? client.url);
+  const commit = git(gitDir, ["rev-parse", `${opts.ref}^{commit}`]).trim();
+  const dir = join(cache, `${name}-${commit.slice(0, 12)}`);
+  if (!existsSync(join(dir, ".built"))) {
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { recursive: true });
+    const untar = spawnSync("tar", ["-x", "-C", dir], { input: git(gitDir, ["archive", commit], "") });
+    if (untar.status !== 0) throw new Error(`tar exited with ${untar.status}`);
+    console.log(`Installing ${name}'s dev dependencies from npm (network) in ${dir}`);
+    const env = { ...process.env, PATH: `${bin}:${process.env.PATH}` };
+    for (const [cmd, ...args] of [["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts"], client.build]) {
+      const step = spawnSync(cmd, args, { cwd: dir, env, stdio: "inherit" });
+      if (step.status !== 0) throw new Error(`${cmd} ${args.join(" ")} exited with ${step.status}`);
+    }
+    writeFileSync(join(dir, ".built"), "");
+  }
+  return { dir, commit, client };
+}
+
+/** Runs a client's suite in one mode; the counts and failing test names from node --test's summary. */
+function runClient({ dir, client }, mode) {
+  const args = mode === "drop-in" ? ["--import", join(root, "tools", "compat_redirect.mjs")] : [];
+  const result = spawnSync(node, [...args, ...client.test], {
+    cwd: dir,
+    env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "" },
+    encoding: "utf8",
+    timeout: 10 * 60_000,
+    killSignal: "SIGKILL",
+  });
+  const output = `${result.stdout}${result.stderr}`;
+  const count = (what) => Number(output.match(new RegExp(`^ℹ ${what} (\\d+)`, "m"))?.[1] ?? NaN);
+  const failing = output.split("✖ failing tests:")[1] ?? "";
+  const failed = [...failing.matchAll(/^✖ (.+?) \([\d.]+ms\)$/gm)].map((m) => m[1]);
+  return { tests: count("tests"), pass: count("pass"), fail: count("fail"), failed };
+}
+
+function compareClient(name) {
+  const prepared = prepareClient(name);
+  const lines = [
+    `# ${name}'s own test suite against the drop-in (${new Date().toISOString().slice(0, 10)})`,
+    "",
+    `\`npm run compat -- ${process.argv.slice(2).join(" ")}\`: ${name} at ${prepared.commit.slice(0, 12)}, ` +
+    `\`node ${prepared.client.test.join(" ")}\`, plain and with the preload.`,
+    "",
+    "| run | native pass/tests | drop-in pass/tests | fail with the drop-in only |",
+    "|---|---|---|---|",
+  ];
+  for (let run = 1; run <= Number(opts.runs); run++) {
+    const native = runClient(prepared, "native");
+    const dropIn = runClient(prepared, "drop-in");
+    const only = dropIn.failed.filter((test) => !native.failed.includes(test));
+    const row = `| ${run} | ${native.pass}/${native.tests} | ${dropIn.pass}/${dropIn.tests} | ${
+      only.join("; ") || "none"
+    } |`;
+    console.log(row);
+    lines.push(row);
+  }
+  mkdirSync(join(opts.out, ".."), { recursive: true });
+  writeFileSync(opts.out, lines.join("\n") + "\n");
+  console.log(`Wrote ${opts.out}`);
+}
+
 buildDist();
+if (opts.client) {
+  compareClient(opts.client);
+  process.exit(0);
+}
 /** Where the preload notes that a test ran commands through the pool (see tools/compat_redirect.mjs). */
 const markers = mkdtempSync(join(tmpdir(), "spawnpool-compat-"));
 process.on("exit", () => rmSync(markers, { recursive: true, force: true }));
