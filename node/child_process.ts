@@ -270,6 +270,32 @@ function ownOptions(options: unknown): Record<string, unknown> {
 let warnedArgsWithShell = false;
 
 /**
+ * DEP0190, once per process. On Node the runtime's own module emits it, so that it and this module share
+ * Node's once-per-process flag (a program using both warns once, as with Node alone): its `spawn()` warns while
+ * normalising its arguments, then throws at the invalid `timeout` before it starts anything. Deno and Bun, whose
+ * modules differ there, get the warning from here.
+ */
+function warnArgsWithShell(): void {
+  if (warnedArgsWithShell) return;
+  warnedArgsWithShell = true;
+  const runtime = globalThis as { Deno?: unknown; Bun?: unknown };
+  if (runtime.Deno === undefined && runtime.Bun === undefined) {
+    try {
+      // A harmless command, should a runtime ever start it: `sh -c "true args"`.
+      native.spawn("true", ["args"], { shell: true, timeout: -1 }).on("error", () => {});
+    } catch {
+      return; // ERR_OUT_OF_RANGE: nothing started
+    }
+  }
+  process.emitWarning(
+    "Passing args to a child process with shell option true can lead to security vulnerabilities, " +
+      "as the arguments are not escaped, only concatenated.",
+    "DeprecationWarning",
+    "DEP0190",
+  );
+}
+
+/**
  * Node's `normalizeSpawnArguments`, then the pool's: validates and throws Node's errors synchronously.
  * Returns a reason string when the call needs something a pool cannot give (an `'ipc'` slot, extra fds).
  */
@@ -322,15 +348,7 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
   let cmd = file;
   if (o.shell) {
     noNulBytes(o.shell, "options.shell");
-    if (args.length > 0 && !warnedArgsWithShell) {
-      warnedArgsWithShell = true;
-      process.emitWarning(
-        "Passing args to a child process with shell option true can lead to security vulnerabilities, " +
-          "as the arguments are not escaped, only concatenated.",
-        "DeprecationWarning",
-        "DEP0190",
-      );
-    }
+    if (args.length > 0) warnArgsWithShell();
     const command = [file, ...strArgs].join(" ");
     cmd = typeof o.shell === "string" ? o.shell : "/bin/sh";
     strArgs = spawnargs = ["-c", command];
