@@ -25,6 +25,24 @@ export const SECRET_BYTES = 32;
 /** How long a host waits for its worker to connect and authenticate. */
 const HANDSHAKE_TIMEOUT_MS = 30_000;
 
+/**
+ * How long one connection may take to present the secret. A worker writes it as soon as it is connected, so only a
+ * stranger's connection (or a worker on a machine stalled for this long) runs out of it.
+ */
+const SECRET_DEADLINE_MS = 2_000;
+
+/**
+ * Connections a listener holds at once before they presented the secret. When one more arrives, the oldest is
+ * dropped: a flood of connections that never authenticate costs the host at most this many descriptors, and a
+ * worker, which writes its secret as it connects, is dropped only if this many connect after it before its 32
+ * bytes are read.
+ */
+const MAX_UNAUTHENTICATED = 8;
+
+/** How often, and how long apart at first, a worker tries again to connect to a listener whose backlog is full. */
+const CONNECT_TRIES = 20;
+const CONNECT_RETRY_MS = 5;
+
 /** Hex encoding of bytes. */
 function toHex(bytes: Uint8Array): string {
   let out = "";
@@ -100,7 +118,9 @@ export interface HandshakeTransport<Conn, Out = ByteChannel> {
 /**
  * A listener waiting for one worker at `path`. Every connection is read on its own, so one that never
  * sends its secret cannot hold up the worker's; the first to present `secret` becomes the channel, and
- * whatever else is pending when the wait ends is closed, as is the listener.
+ * whatever else is pending when the wait ends is closed, as is the listener. A connection that has not presented
+ * the secret within {@linkcode SECRET_DEADLINE_MS} is closed, and at most {@linkcode MAX_UNAUTHENTICATED} wait at
+ * once (the oldest goes first).
  */
 export function pendingWorker<Conn, Out = ByteChannel>(
   path: string,
@@ -118,14 +138,24 @@ export function pendingWorker<Conn, Out = ByteChannel>(
     close,
     accept(exited) {
       return new Promise<Out>((resolve, reject) => {
-        const pending = new Set<Conn>();
+        /** Connections that have not presented the secret, oldest first, with their deadlines. */
+        const pending = new Map<Conn, ReturnType<typeof setTimeout>>();
         let done = false;
+        const forget = (conn: Conn): boolean => {
+          const deadline = pending.get(conn);
+          if (deadline === undefined) return false;
+          clearTimeout(deadline);
+          pending.delete(conn);
+          return true;
+        };
+        const refuse = (conn: Conn) => {
+          if (forget(conn)) transport.drop(conn);
+        };
         const finish = (error: Error | undefined, out?: Out) => {
           if (done) return;
           done = true;
           clearTimeout(timer);
-          for (const conn of pending) transport.drop(conn);
-          pending.clear();
+          for (const conn of [...pending.keys()]) refuse(conn);
           close();
           if (error) reject(error);
           else resolve(out!);
@@ -134,15 +164,13 @@ export function pendingWorker<Conn, Out = ByteChannel>(
         void exited.then(() => finish(new Error("Worker exited before connecting")));
         transport.listen((conn) => {
           if (done) return transport.drop(conn);
-          pending.add(conn);
+          if (pending.size >= MAX_UNAUTHENTICATED) refuse(pending.keys().next().value!);
+          pending.set(conn, setTimeout(() => refuse(conn), SECRET_DEADLINE_MS));
           transport.readSecret(conn).then(({ head, rest }) => {
-            pending.delete(conn);
+            if (!forget(conn)) return; // dropped meanwhile
             if (!done && sameBytes(head, secret)) finish(undefined, transport.accepted(conn, rest));
             else transport.drop(conn);
-          }, () => {
-            pending.delete(conn);
-            transport.drop(conn);
-          });
+          }, () => refuse(conn));
         });
       });
     },
@@ -165,6 +193,9 @@ async function listenNet<Out>(
     server.once("error", reject);
     server.listen(path, () => {
       server.off("error", reject);
+      // An accept that fails (EMFILE under a flood) is reported here, and the server goes on listening; with no
+      // listener for it, it would be an uncaught exception of the host.
+      server.on("error", () => {});
       resolve();
     });
   });
@@ -268,9 +299,28 @@ function parseBootstrap(line: string): { path: string; secret: Uint8Array } {
  */
 export async function connectFromBootstrap(open: (path: string) => Promise<ByteChannel>): Promise<ByteChannel> {
   const { path, secret } = parseBootstrap(await readBootstrapLine());
-  const channel = await open(path);
+  const channel = await openRetrying(() => open(path));
   channel.write([secret]);
   return channel;
+}
+
+/** Whether a connect failed because the listener's backlog was full (EAGAIN on a unix socket): worth another try. */
+function backlogFull(error: unknown): boolean {
+  const { code, name, message } = error as { code?: unknown; name?: unknown; message?: unknown };
+  return code === "EAGAIN" || name === "WouldBlock" ||
+    (typeof message === "string" && /EAGAIN|os error 11\b/.test(message));
+}
+
+/** Connects with `open`, trying again (backing off) while the listener's backlog is full, as under a flood. */
+async function openRetrying(open: () => Promise<ByteChannel>): Promise<ByteChannel> {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await open();
+    } catch (error) {
+      if (attempt >= CONNECT_TRIES || !backlogFull(error)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, CONNECT_RETRY_MS * Math.min(attempt, 20)));
+    }
+  }
 }
 
 /** Opens a `node:net` channel to the unix socket at `path`: how a Node worker connects. */

@@ -10,7 +10,7 @@ import { type Adapter, type ByteChannel, LENDING_READ_BYTES, type SpawnedChild, 
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
-import { killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { killGroups, killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
   connectFromBootstrap,
@@ -107,13 +107,15 @@ function listenForWorker(): PendingWorker {
     if (dir !== undefined) Deno.removeSync(dir, { recursive: true });
     throw error;
   }
+  let closed = false;
   return pendingWorker<Deno.Conn>(path, newSecret(), {
     async listen(onConnection) {
-      while (true) {
+      while (!closed) {
         try {
           onConnection(await listener.accept());
         } catch {
-          return; // the listener closed
+          // Closed, or an accept that failed (EMFILE under a flood): the loop goes on until the listener is closed.
+          if (!closed) await new Promise((resolve) => setTimeout(resolve, 10));
         }
       }
     },
@@ -121,6 +123,7 @@ function listenForWorker(): PendingWorker {
     accepted: connChannel,
     drop: closeQuietly,
     close() {
+      closed = true;
       listener.close();
       if (dir !== undefined) Deno.removeSync(dir, { recursive: true });
     },
@@ -192,6 +195,7 @@ export const denoAdapter: Adapter = {
         }
       },
       killOrphans: orphanKiller(launch.ownGroup, child.pid),
+      killCommands: killGroups,
       ref: () => child.ref(),
       unref: () => child.unref(),
     };

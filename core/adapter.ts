@@ -81,6 +81,11 @@ export interface WorkerProcess {
    * `pids`, and the worker's own group when it was started as a group leader (`WorkerLaunch.ownGroup`).
    */
   killOrphans(pids: readonly number[]): void;
+  /**
+   * SIGKILLs the process groups of the commands in `pids`, and nothing of the worker's: for a command its worker
+   * failed to stop in time.
+   */
+  killCommands(pids: readonly number[]): void;
   /** Lets the worker process keep the host alive. */
   ref(): void;
   /** Stops the worker process keeping the host alive. */

@@ -5,17 +5,21 @@
  * @module
  */
 
-import { SpawnError, type SpawnPoolError } from "./errors.ts";
+import { SpawnError, SpawnPoolError } from "./errors.ts";
 import {
   concatBytes,
   encodeCredit,
+  encodeJson,
   type ExitInfo,
   FD_PAYLOAD,
   Frame,
+  MAX_PAYLOAD_BYTES,
+  ProtocolError,
   type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
 } from "./frame.ts";
+import { MAX_TIMER_MS } from "./options.ts";
 import type { RequestSink, WorkerHandle } from "./worker_handle.ts";
 
 /** Size of stdin chunks sent to a worker. */
@@ -49,6 +53,12 @@ export interface Scheduler {
   /** Assigns the execution a worker (now or when one is ready) and sends its spawn frame. */
   submit(execution: Execution): void;
 }
+
+/**
+ * How long past a command's timeout and forced kill the host waits for its worker to report the exit before it
+ * stops waiting for that worker (`Execution.#overdue`). Generous: a worker on a loaded machine is slow, not stuck.
+ */
+const BACKSTOP_GRACE_MS = 2000;
 
 class Deferred<T> {
   promise: Promise<T>;
@@ -213,6 +223,8 @@ export class Execution implements RequestSink {
   id = 0;
   /** What was asked of the worker. */
   readonly request: SpawnRequest;
+  /** The spawn frame's payload: the request as JSON, encoded once. */
+  readonly payload: Uint8Array;
   /** Resolves with the pid once the worker started the child; rejects with a {@linkcode SpawnError} or a pool error. */
   readonly spawned: Promise<number>;
   /** Resolves when the request completed; rejects with a {@linkcode SpawnError} or a pool error. */
@@ -238,6 +250,12 @@ export class Execution implements RequestSink {
   #stdin: WritableStream<Uint8Array> | undefined;
   #stdinWritable: boolean;
   #collected: [Uint8Array[], Uint8Array[], Uint8Array[]] = [[], [], []];
+  /** Streamed bytes received per stream and not yet credited back: never more than the window a worker may use. */
+  #unacked: [number, number, number] = [0, 0, 0];
+  /** Buffered bytes received: never more than `maxBuffer`, past which the worker must stop the command. */
+  #collectedBytes = 0;
+  /** The host's own deadline for a command with a timeout, in case its worker cannot keep it (`#overdue`). */
+  #backstop: ReturnType<typeof setTimeout> | undefined;
   #acks: Array<Deferred<boolean>> = [];
   #ref = true;
   #done = false;
@@ -257,7 +275,10 @@ export class Execution implements RequestSink {
       for (const fd of [1, 2] as const) {
         if ((fd === 1 ? request.stdout : request.stderr) !== "piped") continue;
         const controls: OutputControls = {
-          credit: (bytes) => this.#send(Frame.Credit, encodeCredit(fd, bytes)),
+          credit: (bytes) => {
+            this.#unacked[fd] = Math.max(0, this.#unacked[fd] - bytes);
+            this.#send(Frame.Credit, encodeCredit(fd, bytes));
+          },
           release: () => {
             if (!this.#done) this.#send(Frame.Release, FD_PAYLOAD[fd]);
           },
@@ -269,6 +290,20 @@ export class Execution implements RequestSink {
     }
     this.stdout = streams[1]?.readable;
     this.stderr = streams[2]?.readable;
+    this.payload = encodeJson(request);
+    if (this.payload.byteLength > MAX_PAYLOAD_BYTES) {
+      // Sent, it would end the worker's channel and every command on it: it fails alone, as an exec past the
+      // system's limit on arguments would.
+      const failure = {
+        code: "E2BIG",
+        errno: -7,
+        message: `Argument list too long: the request's arguments, environment and options take ` +
+          `${this.payload.byteLength} bytes, more than a frame's ${MAX_PAYLOAD_BYTES}`,
+      };
+      this.#stdinWritable = false;
+      this.#fail(new SpawnError(failure, request.cmd, request.args));
+      return;
+    }
     this.#stdinWritable = request.stdin === "piped" && options.stdinSource === undefined;
     if (request.stdin === "piped" && options.stdinSource !== undefined) void this.#pumpStdin(options.stdinSource);
     const signal = options.signal;
@@ -288,6 +323,32 @@ export class Execution implements RequestSink {
     this.id = worker.begin(this, this.#ref);
     this.#worker = worker;
     this.#assigned.resolve(worker);
+    const { timeout, forceKillAfterDelay } = this.request;
+    if (timeout !== undefined) {
+      const delay = Math.min(timeout + forceKillAfterDelay + BACKSTOP_GRACE_MS, MAX_TIMER_MS);
+      this.#backstop = setTimeout(() => this.#overdue(), delay);
+      (this.#backstop as { unref?: () => void }).unref?.(); // the request itself keeps the host alive
+    }
+  }
+
+  /**
+   * The worker did not report the exit of a command with a timeout, long after it should have stopped it: a worker
+   * that is stopped (SIGSTOP), stuck or broken. The caller is not left waiting on it: the request fails with
+   * ERR_TIMEOUT and the host kills the command's process group itself.
+   */
+  #overdue(): void {
+    this.#backstop = undefined;
+    if (this.#done || this.#exitInfo !== undefined) return;
+    const { cmd, timeout } = this.request;
+    const pid = this.pid;
+    this.#fail(
+      new SpawnPoolError(
+        "ERR_TIMEOUT",
+        `Command "${cmd}" timed out (${timeout} ms) and its worker did not stop it; the host killed it`,
+        { command: cmd },
+      ),
+    );
+    if (pid !== undefined) this.#worker?.killCommand(pid);
   }
 
   /**
@@ -335,6 +396,8 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onSpawned(pid: number): void {
+    // Started after the host gave up on it (its worker was stopped past the timeout): nobody waits for it.
+    if (this.#done) return this.#worker?.killCommand(pid);
     this.pid = pid;
     this.#spawned.resolve(pid);
     this.#events?.spawned(pid);
@@ -344,6 +407,8 @@ export class Execution implements RequestSink {
   onExited(info: ExitInfo): void {
     if (this.#exitInfo !== undefined || this.#done) return;
     this.#exitInfo = info;
+    if (this.#backstop !== undefined) clearTimeout(this.#backstop);
+    this.#backstop = undefined;
     this.#exitedDeferred?.resolve(info);
     this.#events?.exited(info);
   }
@@ -355,9 +420,31 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onData(fd: StreamFd, chunk: Uint8Array): void {
+    if (this.#done) return; // late output of a request the host gave up on
     const stream = this.#outputs[fd];
-    if (stream !== undefined) stream.push(chunk);
-    else this.#collected[fd].push(chunk);
+    if (stream !== undefined) {
+      this.#unacked[fd] += chunk.byteLength;
+      if (this.#unacked[fd] > this.request.window) {
+        throw new ProtocolError(
+          `Worker sent ${
+            this.#unacked[fd]
+          } bytes of stream ${fd} ahead of credit, past the ${this.request.window}-byte window`,
+        );
+      }
+      stream.push(chunk);
+    } else {
+      this.#checkBuffered(chunk.byteLength);
+      this.#collected[fd].push(chunk);
+    }
+  }
+
+  /** Counts buffered output: a worker that sends more than `maxBuffer` broke the protocol (it must stop there). */
+  #checkBuffered(bytes: number): void {
+    this.#collectedBytes += bytes;
+    const { maxBuffer } = this.request;
+    if (maxBuffer !== undefined && this.#collectedBytes > maxBuffer) {
+      throw new ProtocolError(`Worker sent ${this.#collectedBytes} bytes of output, past maxBuffer ${maxBuffer}`);
+    }
   }
 
   /** @internal */
@@ -372,6 +459,8 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void {
+    if (this.#done) return; // the late end of a request the host gave up on
+    this.#checkBuffered(stdout.byteLength + stderr.byteLength);
     this.#outputs[1]?.end();
     this.#outputs[2]?.end();
     if (stdout.byteLength > 0) this.#collected[1].push(stdout);
@@ -402,6 +491,8 @@ export class Execution implements RequestSink {
 
   #finish(): void {
     this.#done = true;
+    if (this.#backstop !== undefined) clearTimeout(this.#backstop);
+    this.#backstop = undefined;
     this.#signal?.removeEventListener("abort", this.#onAbort);
     for (const ack of this.#acks.splice(0)) ack.resolve(false);
     if (this.#ref) this.#worker?.unrefRequest();
@@ -471,11 +562,17 @@ export class Execution implements RequestSink {
 
   #writableStdin(): WritableStream<Uint8Array> {
     return new WritableStream<Uint8Array>({
-      write: async (chunk) => {
-        if (!(chunk instanceof Uint8Array)) {
-          throw new TypeError("Stdin accepts Uint8Array chunks only");
+      write: async (chunk: unknown) => {
+        let bytes: Uint8Array;
+        if (chunk instanceof Uint8Array) bytes = chunk;
+        else if (chunk instanceof ArrayBuffer) bytes = new Uint8Array(chunk);
+        else if (ArrayBuffer.isView(chunk)) bytes = new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+        else {
+          // The stream errors, and (as with Deno's own) the command's stdin closes rather than stay open for ever.
+          this.endStdin();
+          throw new TypeError("Expected ArrayBuffer or ArrayBufferView for write chunk");
         }
-        if (!(await this.write(chunk))) {
+        if (!(await this.write(bytes))) {
           const error = new Error("Broken pipe: the child closed its stdin") as Error & { code: string };
           error.name = "BrokenPipe";
           error.code = "EPIPE";

@@ -7,7 +7,7 @@
 import type { Adapter, RuntimeName, WorkerLaunch } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
 import type { Execution, Scheduler } from "./execution.ts";
-import { encodeJson, Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
+import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
 import { WorkerHandle } from "./worker_handle.ts";
 
 /** What the pool needs from the world outside the core; supplied by the runtime-detecting entry. */
@@ -258,7 +258,7 @@ export class PoolCore implements Scheduler {
 
   #assign(execution: Execution, worker: WorkerHandle): void {
     execution.assign(worker);
-    worker.send(Frame.Spawn, execution.id, encodeJson(execution.request));
+    worker.send(Frame.Spawn, execution.id, execution.payload);
   }
 
   #fill(): void {

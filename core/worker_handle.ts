@@ -204,6 +204,11 @@ export class WorkerHandle {
     }
   }
 
+  /** SIGKILLs a command of this worker's (its process group) from the host: one its worker failed to stop. */
+  killCommand(pid: number): void {
+    this.process.killCommands([pid]);
+  }
+
   /** Closes the channel; the worker kills its children and exits. In-flight requests fail with `error`. */
   close(error: SpawnPoolError): void {
     this.#shutdown(error);
@@ -252,9 +257,12 @@ export class WorkerHandle {
         return sink.onExited(decodeExit(payload).info);
       case Frame.Exit: {
         const { info, stdout, stderr } = decodeExit(payload);
+        // Handed over first: a sink that finds the frame breaks the protocol throws, and the request is still here
+        // for the shutdown to fail.
+        sink.onExit(info, keepBytes(stdout, lent), keepBytes(stderr, lent));
         this.#requests.delete(id);
         this.completed++;
-        return sink.onExit(info, keepBytes(stdout, lent), keepBytes(stderr, lent));
+        return;
       }
       default:
         throw new ProtocolError(`Unknown frame type ${type}`);

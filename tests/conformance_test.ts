@@ -69,6 +69,22 @@ for (const runtime of WORKERS) {
       assert.equal(text(out.stdout), args.map((a) => `[${a}]\n`).join(""));
     });
 
+    it("a request larger than a frame fails alone with E2BIG; the commands on its worker go on", async () => {
+      const own = new Pool({ size: 1, runtime });
+      try {
+        const running = own.command("sh", { args: ["-c", "sleep 0.3; echo still here"] }).output();
+        const huge = "x".repeat(65 * 1024 * 1024);
+        const error = await own.spawn(["echo", huge]).exited.then(() => null, (e) => e);
+        assert.ok(error instanceof SpawnError, String(error));
+        assert.equal(error.code, "E2BIG");
+        await assert.rejects(own.command("echo", { env: { HUGE: huge } }).output(), { code: "E2BIG" });
+        assert.equal(text((await running).stdout), "still here\n");
+        assert.equal(own.stats().started, 1, "no worker was lost");
+      } finally {
+        await own.close();
+      }
+    });
+
     it("passes 5,000 arguments", async () => {
       const args = Array.from({ length: 5000 }, (_, i) => `arg-${i}`);
       const out = await pool.command("sh", { args: ["-c", 'echo "$#:$1:${5000}"', "sh", ...args] }).output();
@@ -364,6 +380,27 @@ for (const runtime of WORKERS) {
       assert.equal(proc.signalCode, "SIGKILL");
     });
 
+    it("a worker stopped (SIGSTOP) cannot hang a command with a timeout: the host fails it with ERR_TIMEOUT and kills it", async () => {
+      const own = new Pool({ size: 1, runtime });
+      await own.ready();
+      const [{ pid: worker }] = own.stats().workers;
+      try {
+        const proc = own.spawn(["sleep", "30"], { timeout: 300, forceKillAfterDelay: 100 });
+        const pid = await proc.spawned;
+        process.kill(worker, "SIGSTOP");
+        const error = await withTimeout(proc.exited.then(() => null, (e) => e), 10_000, "exited never settled");
+        assert.ok(error instanceof SpawnPoolError && error.code === "ERR_TIMEOUT", String(error));
+        assert.deepEqual(await survivors([pid]), [], "the host killed the command");
+        process.kill(worker, "SIGCONT");
+        // Resumed, the worker reports the end of the command the host gave up on, and serves again.
+        assert.equal(text((await own.command("echo", { args: ["back"] }).output()).stdout), "back\n");
+        assert.equal(own.stats().started, 1);
+      } finally {
+        process.kill(worker, "SIGCONT");
+        await own.close();
+      }
+    });
+
     it("Bun shape: timeout resolves exited with the kill signal", async () => {
       const proc = pool.spawn(["sleep", "30"], { timeout: 100, killSignal: "SIGINT" });
       assert.equal(await proc.exited, 130);
@@ -617,6 +654,19 @@ for (const runtime of WORKERS) {
       child.kill("SIGKILL");
       assert.equal((await child.status).signal, "SIGKILL");
       assert.throws(() => child.kill(), { name: "TypeError", message: "Child process has already terminated" });
+    });
+
+    it("Deno shape: stdin takes any ArrayBuffer or view; anything else errors the stream and closes stdin, as Deno's", async () => {
+      const child = pool.command("cat", { stdin: "piped", stdout: "piped" }).spawn();
+      const writer = child.stdin.getWriter();
+      await writer.write(new TextEncoder().encode("a").buffer as unknown as Uint8Array);
+      await writer.write(new DataView(new TextEncoder().encode("b").buffer) as unknown as Uint8Array);
+      await assert.rejects(writer.write("text" as unknown as Uint8Array), {
+        name: "TypeError",
+        message: "Expected ArrayBuffer or ArrayBufferView for write chunk",
+      });
+      const out = await withTimeout(child.output(), 5000, "cat never saw its stdin close");
+      assert.deepEqual([out.code, text(out.stdout)], [0, "ab"]);
     });
 
     it("Bun shape: stdio as the host's own descriptors (numbers, Bun.stdout) inherit; another slot's is a TypeError", async () => {

@@ -557,6 +557,7 @@ describe("request ids", () => {
       exited: new Promise(() => {}),
       kill: () => {},
       killOrphans: () => {},
+      killCommands: () => {},
       ref: () => {},
       unref: () => {},
     };
@@ -593,7 +594,14 @@ process.env.ROGUE_MODE_FILE = modeFile;
 process.env.ROGUE_NODE = execFileSync("sh", ["-c", "command -v node"], { encoding: "utf8" }).trim();
 
 describe("a live worker that breaks the protocol", () => {
+  /** The request each case makes: a buffered echo, unless the case needs another. */
+  const requests: Record<string, (pool: Pool) => Promise<unknown>> = {
+    "over-window": (pool) => pool.spawn(["echo", "x"]).exited,
+    "over-maxbuffer": (pool) => pool.command("echo", { args: ["x"], maxBuffer: 1000 }).output(),
+  };
   const cases: Array<[string, string]> = [
+    ["over-window", "ERR_PROTOCOL"],
+    ["over-maxbuffer", "ERR_PROTOCOL"],
     ["absurd-length", "ERR_PROTOCOL"],
     ["unknown-type", "ERR_PROTOCOL"],
     ["unknown-request", "ERR_PROTOCOL"],
@@ -615,7 +623,7 @@ describe("a live worker that breaks the protocol", () => {
         await pool.ready();
         const rogue = pool.stats().workers[0].pid;
         await assert.rejects(
-          pool.command("echo", { args: ["x"] }).output(),
+          (requests[mode] ?? ((pool) => pool.command("echo", { args: ["x"] }).output()))(pool),
           (e: unknown) => e instanceof SpawnPoolError && e.code === code,
         );
         assert.deepEqual(await survivors([rogue]), [], "the rogue worker is gone");

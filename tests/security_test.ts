@@ -98,6 +98,42 @@ describe("a local attacker on the unix-socket channel", () => {
   });
 });
 
+describe("a local attacker flooding the listener with connections that never authenticate", () => {
+  it("costs the host a few descriptors for 2 s each; the worker, connecting last, still gets in", async () => {
+    process.env.SLOW_START_EXEC = execFileSync("sh", ["-c", "command -v deno"], { encoding: "utf8" }).trim();
+    const pool = new Pool({ size: 1, runtime: "deno", execPath: fixture("slow_start.sh") });
+    const before = openFds().length;
+    const ready = pool.ready();
+    let found: string | undefined;
+    for (let i = 0; i < 400 && found === undefined; i++) {
+      found = listeners()[0];
+      if (found === undefined) await new Promise((r) => setTimeout(r, 5));
+    }
+    assert.ok(found, "the listener is visible in /proc/net/unix while the worker starts");
+    const FLOOD = 300;
+    let closedByHost = 0;
+    const flood = Array.from({ length: FLOOD }, () => {
+      const socket = connect({ path: found! });
+      socket.on("error", () => {});
+      socket.on("close", () => closedByHost++);
+      return socket;
+    });
+    await new Promise((r) => setTimeout(r, 300)); // the host accepts them, still before the worker (0.5 s) connects
+    // This process holds the flood's own ends (one descriptor each) and the host's accepted ends: those are bounded.
+    const hostSide = openFds().length - before - (FLOOD - closedByHost);
+    assert.ok(hostSide <= 8 + 4, `the host holds ${hostSide} descriptors for ${FLOOD} connections`);
+    await ready;
+    assert.equal(
+      new TextDecoder().decode((await pool.command("echo", { args: ["in"] }).output()).stdout),
+      "in\n",
+    );
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(closedByHost, FLOOD, "every flood connection was closed by the host");
+    for (const socket of flood) socket.destroy();
+    await pool.close();
+  });
+});
+
 describe("a worker that closes its stdin before the bootstrap line", () => {
   it("fails to start with ERR_WORKER_START; the host neither crashes (EPIPE) nor hangs", async () => {
     const pool = new Pool({ size: 1, runtime: "deno", execPath: fixture("closed_stdin.sh") });
