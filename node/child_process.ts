@@ -602,6 +602,9 @@ export class ChildProcess extends EventEmitter {
   #watchingStreams = false;
   #abortPending: AbortSignal | undefined;
   #stdinPending = 0;
+  #exitDelivered = false;
+  #flushScheduled = false;
+  readonly #outputsEnded = new Set<OutputReadable>();
   /** Outputs written into another command's stdin (stdio given as its stream), not this child's streams. */
   readonly #relayed: OutputReadable[] = [];
   #signal: AbortSignal | undefined;
@@ -660,8 +663,8 @@ export class ChildProcess extends EventEmitter {
       outputs[fd] = readable;
       return {
         push: (chunk) => this.#deliver(() => readable.deliver(chunk)),
-        end: () => this.#deliver(() => readable.finish()),
-        error: () => this.#deliver(() => readable.finish()),
+        end: () => this.#deliver(() => this.#ended(readable)),
+        error: () => this.#deliver(() => this.#ended(readable)),
       };
     };
     this.#execution = new Execution(scheduler, request, {
@@ -808,7 +811,8 @@ export class ChildProcess extends EventEmitter {
     // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
     this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
     this.emit("exit", this.exitCode, this.signalCode);
-    process.nextTick(() => this.#flushStdio());
+    this.#exitDelivered = true;
+    this.#maybeFlush();
     this.#maybeClose();
   }
 
@@ -842,6 +846,25 @@ export class ChildProcess extends EventEmitter {
     this.#settled = true;
     this.#abortPending = undefined;
     this.#signal?.removeEventListener("abort", this.#onAbort);
+  }
+
+  #ended(output: OutputReadable): void {
+    output.finish();
+    this.#outputsEnded.add(output);
+    this.#maybeFlush();
+  }
+
+  /**
+   * Node flushes unread outputs on the tick after `'exit'`; here that waits until each output's end has arrived
+   * too, and a macrotask more. The worker may report the exit before an output's end: code still reading the
+   * other output to its end must find this one unread when it gets to it, not resumed into nobody.
+   */
+  #maybeFlush(): void {
+    if (!this.#exitDelivered || this.#flushScheduled) return;
+    const outputs = [this.stdout, this.stderr] as Array<OutputReadable | null>;
+    if (!outputs.every((stream) => stream === null || stream.destroyed || this.#outputsEnded.has(stream))) return;
+    this.#flushScheduled = true;
+    setImmediate(() => this.#flushStdio());
   }
 
   /** After exit, lets output nobody is reading (or that was paused) drain, so `'close'` can follow, as Node does. */
