@@ -10,7 +10,7 @@ import process from "node:process";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { signalName } from "../core/signals.ts";
-import { commandEnv, killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
@@ -73,7 +73,6 @@ export const bunAdapter: Adapter = {
       exited,
       kill: (signal = "SIGTERM") => proc.kill(signal as NodeJS.Signals),
       killOrphans: orphanKiller(launch.ownGroup, proc.pid),
-      killCommands: killGroups,
       ref: () => proc.ref(),
       unref: () => proc.unref(),
     };

@@ -10,7 +10,7 @@ import { type Adapter, type ByteChannel, LENDING_READ_BYTES, type SpawnedChild, 
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
-import { killGroups, killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
   connectFromBootstrap,
@@ -195,7 +195,6 @@ export const denoAdapter: Adapter = {
         }
       },
       killOrphans: orphanKiller(launch.ownGroup, child.pid),
-      killCommands: killGroups,
       ref: () => child.ref(),
       unref: () => child.unref(),
     };
@@ -216,7 +215,7 @@ export const denoAdapter: Adapter = {
         message: "argv0 is not supported by Deno workers; use bun or node workers",
       });
     }
-    const ownGroup = request.timeout !== undefined || request.detached === true;
+    const ownGroup = request.group || request.detached === true;
     const child = new Deno.Command(request.cmd, {
       args: request.args,
       cwd: request.cwd,
@@ -229,8 +228,8 @@ export const denoAdapter: Adapter = {
       uid: request.uid,
       gid: request.gid,
       // A session of its own costs Deno its posix_spawn fast path: it forks, at about 20 times the CPU per
-      // spawn (`deno run -A bench/spawn_cost.ts`), so only commands whose group is signalled get one: a timeout
-      // kills the group, and `detached` must outlive the worker. The others stay in the worker's own group,
+      // spawn (`deno run -A bench/spawn_cost.ts`), so only commands whose group is signalled get one (the request's
+      // `group`: a timeout kills the group), and `detached` ones, which must outlive the worker. The others stay in the worker's own group,
       // which `killOwnGroup` ends.
       detached: ownGroup,
     }).spawn();

@@ -10,7 +10,7 @@ import { Socket } from "node:net";
 import process from "node:process";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { commandEnv, killGroups, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { lendingSocketChannel, socketChannel } from "./_socket_channel.ts";
 import {
   connectedPair,
@@ -133,7 +133,6 @@ export const nodeAdapter: Adapter = {
       exited,
       kill: (signal = "SIGTERM") => void child.kill(signal as NodeJS.Signals),
       killOrphans: orphanKiller(launch.ownGroup, child.pid!),
-      killCommands: killGroups,
       ref: () => child.ref(),
       unref: () => child.unref(),
     };

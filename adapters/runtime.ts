@@ -9,7 +9,7 @@ import { existsSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import type { Adapter, RuntimeName, WorkerLaunch } from "../core/adapter.ts";
+import type { Adapter, RuntimeName, WorkerLaunch, WorkerRuntime } from "../core/adapter.ts";
 import { SpawnPoolError } from "../core/errors.ts";
 import type { Platform } from "../core/pool.ts";
 import { preflight } from "./_preflight.ts";
@@ -61,6 +61,33 @@ export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string
   return found;
 }
 
+/**
+ * Where the native worker is looked for, next to this module: `native/build/spawnpool-worker` in a checkout
+ * (`npm run build:native`), `dist/native/spawnpool-worker-<platform>-<arch>` in the npm build.
+ */
+function nativeWorkerCandidates(): string[] {
+  if (!import.meta.url.startsWith("file:")) return [];
+  return [
+    `../native/build/spawnpool-worker`,
+    `../native/spawnpool-worker-${process.platform}-${process.arch}`,
+  ].map((path) => fileURLToPath(new URL(path, import.meta.url).href));
+}
+
+/** The native worker's executable, or `ERR_WORKER_START` saying how to get one. */
+export function nativeWorkerPath(): string {
+  const candidates = nativeWorkerCandidates();
+  const found = candidates.find((path) => existsSync(path));
+  if (found !== undefined) return found;
+  throw new SpawnPoolError(
+    "ERR_WORKER_START",
+    `No native worker for ${process.platform}-${process.arch} ` +
+      `(looked for ${
+        candidates.length > 0 ? candidates.map((c) => `"${c}"`).join(", ") : "none outside a local file"
+      }); ` +
+      "build one with `npm run build:native` in a checkout of spawnpool, or pass its path as the execPath option",
+  );
+}
+
 let cached: Platform | undefined;
 
 /** The platform of the current process. */
@@ -72,7 +99,18 @@ export function currentPlatform(): Platform {
     host: adapterFor(runtime),
     cores: navigator.hardwareConcurrency ?? 2,
     preflight,
-    launch(workerRuntime: RuntimeName, execPath: string | undefined): WorkerLaunch {
+    launch(workerRuntime: WorkerRuntime, execPath: string | undefined): WorkerLaunch {
+      if (workerRuntime === "native") {
+        return {
+          runtime: "native",
+          execPath: execPath ?? nativeWorkerPath(),
+          args: [],
+          // The native worker marks fd 3 close-on-exec at once, so a socketpair never leaks into its commands.
+          channel: adapterFor(runtime).socketpair.host ? "fd3" : "unix",
+          // It gives every command a process group of its own.
+          ownGroup: false,
+        };
+      }
       const worker = adapterFor(workerRuntime);
       if (workerRuntime !== "deno" && !WORKER_ENTRY.startsWith("/")) {
         throw new SpawnPoolError(

@@ -12,7 +12,7 @@
  * Run under any runtime: `deno run -A bench/compare.ts`, `bun bench/compare.ts`, `node bench/compare.ts`.
  * Options (env): BENCH_SPAWNS (spawns per measurement at 30 in flight, default 300; a third of it at 1 in flight
  * and in each path's warm-up), BENCH_ROUNDS (3), BENCH_WORKERS (the workers' runtime, default the host's), BENCH_POOLS
- * (the pooled paths, comma-separated, default BENCH_WORKERS: each is a worker runtime, called through the
+ * (the pooled paths, comma-separated, default BENCH_WORKERS: each is a worker runtime, "native" included, called through the
  * `Deno.Command` shape's `output()`, or a runtime and `:execFile`, called through the `./node` drop-in's
  * `execFile`; paths with the same runtime share one pool), BENCH_SIZE (worker processes per pool, default the
  * pool's).
@@ -25,7 +25,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import type { RuntimeName } from "../mod.ts";
+import type { WorkerRuntime } from "../mod.ts";
 import {
   catFixtureBytes,
   countOf,
@@ -43,14 +43,16 @@ const SPAWNS = countOf("BENCH_SPAWNS", 300);
 const ROUNDS = countOf("BENCH_ROUNDS", 3);
 /** Worker processes per pool; the pool's default when unset. */
 const SIZE = process.env.BENCH_SIZE === undefined ? undefined : countOf("BENCH_SIZE", 0);
-const RUNTIMES: readonly string[] = ["deno", "bun", "node"];
+const RUNTIMES: readonly string[] = ["deno", "bun", "node", "native"];
 /** The pooled paths: a worker runtime each, and how the pool is called. */
 const PATHS = (process.env.BENCH_POOLS ?? process.env.BENCH_WORKERS ?? HOST).split(",").map((item) => {
   const [workers, api = "output", ...rest] = item.trim().split(":");
   if (!RUNTIMES.includes(workers) || (api !== "output" && api !== "execFile") || rest.length > 0) {
-    throw new Error(`BENCH_POOLS: "${item}" is not a runtime (deno, bun, node), optionally followed by ":execFile"`);
+    throw new Error(
+      `BENCH_POOLS: "${item}" is not a runtime (deno, bun, node, native), optionally followed by ":execFile"`,
+    );
   }
-  return { workers: workers as RuntimeName, api: api as "output" | "execFile" };
+  return { workers: workers as WorkerRuntime, api: api as "output" | "execFile" };
 });
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-bench-"));
@@ -74,7 +76,7 @@ type Spawner = (w: Workload) => Promise<Uint8Array>;
 const native: Spawner = (w) => nativeOutput(w.cmd, w.args);
 
 type SpawnPool = InstanceType<typeof Pool>;
-const pools = new Map<RuntimeName, SpawnPool>();
+const pools = new Map<WorkerRuntime, SpawnPool>();
 for (const { workers } of PATHS) {
   if (!pools.has(workers)) pools.set(workers, new Pool({ runtime: workers, size: SIZE }));
 }

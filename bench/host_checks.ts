@@ -26,6 +26,7 @@ const request = (extra: Partial<SpawnRequest> = {}): SpawnRequest => ({
   killSignal: "SIGTERM",
   forceKillAfterDelay: 5000,
   window: 65536,
+  group: false,
   ...extra,
 });
 

@@ -28,6 +28,7 @@ const request = encodeJson({
   killSignal: "SIGTERM",
   forceKillAfterDelay: 5000,
   window: 1024 * 1024,
+  group: false,
 });
 const spawnFrame = (id: number) => {
   const bytes = new Uint8Array(HEADER_BYTES + request.byteLength);

@@ -10,6 +10,12 @@ import type { Allocate, SpawnFailure, SpawnRequest, StreamFd } from "./frame.ts"
 /** A runtime that can host a pool or run its workers. */
 export type RuntimeName = "deno" | "bun" | "node";
 
+/**
+ * What a pool's workers run on: one of the JavaScript runtimes, or `"native"`, the C worker in `native/` that
+ * speaks the same protocol.
+ */
+export type WorkerRuntime = RuntimeName | "native";
+
 /** Receives what arrives on a {@linkcode ByteChannel}. */
 export interface ChannelReceiver {
   /**
@@ -52,7 +58,7 @@ export const LENDING_READ_BYTES: number = 256 * 1024;
 /** How a host should start a worker process. */
 export interface WorkerLaunch {
   /** The worker's runtime. */
-  runtime: RuntimeName;
+  runtime: WorkerRuntime;
   /** Program to execute. */
   execPath: string;
   /** Full argument list after the program (runtime flags, the entry script). */
@@ -81,11 +87,7 @@ export interface WorkerProcess {
    * `pids`, and the worker's own group when it was started as a group leader (`WorkerLaunch.ownGroup`).
    */
   killOrphans(pids: readonly number[]): void;
-  /**
-   * SIGKILLs the process groups of the commands in `pids`, and nothing of the worker's: for a command its worker
-   * failed to stop in time.
-   */
-  killCommands(pids: readonly number[]): void;
+
   /** Lets the worker process keep the host alive. */
   ref(): void;
   /** Stops the worker process keeping the host alive. */

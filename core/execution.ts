@@ -334,21 +334,20 @@ export class Execution implements RequestSink {
   /**
    * The worker did not report the exit of a command with a timeout, long after it should have stopped it: a worker
    * that is stopped (SIGSTOP), stuck or broken. The caller is not left waiting on it: the request fails with
-   * ERR_TIMEOUT and the host kills the command's process group itself.
+   * ERR_TIMEOUT, and the worker is given up on (killed with its commands, this one's group included, and replaced).
    */
   #overdue(): void {
     this.#backstop = undefined;
     if (this.#done || this.#exitInfo !== undefined) return;
     const { cmd, timeout } = this.request;
-    const pid = this.pid;
     this.#fail(
       new SpawnPoolError(
         "ERR_TIMEOUT",
-        `Command "${cmd}" timed out (${timeout} ms) and its worker did not stop it; the host killed it`,
+        `Command "${cmd}" timed out (${timeout} ms) and its worker did not stop it; the worker was killed`,
         { command: cmd },
       ),
     );
-    if (pid !== undefined) this.#worker?.killCommand(pid);
+    this.#worker?.abandon(`did not stop command "${cmd}" ${BACKSTOP_GRACE_MS} ms past its timeout`);
   }
 
   /**
@@ -396,8 +395,6 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onSpawned(pid: number): void {
-    // Started after the host gave up on it (its worker was stopped past the timeout): nobody waits for it.
-    if (this.#done) return this.#worker?.killCommand(pid);
     this.pid = pid;
     this.#spawned.resolve(pid);
     this.#events?.spawned(pid);
@@ -420,7 +417,7 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onData(fd: StreamFd, chunk: Uint8Array): void {
-    if (this.#done) return; // late output of a request the host gave up on
+    if (this.#done) return; // late output of a request that already failed
     const stream = this.#outputs[fd];
     if (stream !== undefined) {
       this.#unacked[fd] += chunk.byteLength;
@@ -459,7 +456,7 @@ export class Execution implements RequestSink {
 
   /** @internal */
   onExit(info: ExitInfo, stdout: Uint8Array, stderr: Uint8Array): void {
-    if (this.#done) return; // the late end of a request the host gave up on
+    if (this.#done) return; // the late end of a request that already failed
     this.#checkBuffered(stdout.byteLength + stderr.byteLength);
     this.#outputs[1]?.end();
     this.#outputs[2]?.end();

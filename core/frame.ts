@@ -15,7 +15,7 @@
  */
 
 /** Version of the frame protocol; the worker states it in its hello and the host refuses a mismatch. */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /** Bytes in a frame header. */
 export const HEADER_BYTES = 9;
@@ -130,6 +130,11 @@ export interface SpawnRequest {
   gid?: number;
   /** Leave the child running when the worker stops (it is killed with the worker otherwise). */
   detached?: boolean;
+  /**
+   * The child gets a process group of its own, so a group kill reaches its descendants: set when the request has
+   * a timeout, is detached, or comes from an API that signals the group. Workers may give every child a group.
+   */
+  group: boolean;
 }
 
 /** Why a completed request's child was stopped by the worker, if it was. */

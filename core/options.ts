@@ -116,6 +116,9 @@ export function buildRequest(input: RequestInput): SpawnRequest {
       ? DEFAULT_FORCE_KILL_AFTER_DELAY
       : delay(input.forceKillAfterDelay, "forceKillAfterDelay", true),
     window: DEFAULT_WINDOW,
+    // Only a timeout signals a command's group (and execFile's timer, which comes with one); a detached command
+    // leads its own session anyway.
+    group: input.timeout !== undefined || input.detached === true,
   };
   if (input.cwd !== undefined) request.cwd = toPath(input.cwd, "cwd");
   if (env !== undefined) request.env = env;

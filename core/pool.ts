@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { Adapter, RuntimeName, WorkerLaunch } from "./adapter.ts";
+import type { Adapter, RuntimeName, WorkerLaunch, WorkerRuntime } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
 import type { Execution, Scheduler } from "./execution.ts";
 import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
@@ -15,7 +15,7 @@ export interface Platform {
   /** The adapter of the runtime the host runs in. */
   host: Adapter;
   /** How to launch a worker of `runtime` (its executable, arguments and environment). */
-  launch(runtime: RuntimeName, execPath: string | undefined): WorkerLaunch;
+  launch(runtime: WorkerRuntime, execPath: string | undefined): WorkerLaunch;
   /** The host's runtime. */
   runtime: RuntimeName;
   /**
@@ -36,11 +36,12 @@ export interface PoolOptions {
    */
   size?: number;
   /**
-   * Runtime the workers run in, independent of the host's.
+   * Runtime the workers run in, independent of the host's: "deno", "bun", "node", or "native" for the C worker
+   * (built by `npm run build:native` in a checkout, shipped in the npm package for the platforms it was built for).
    *
    * @default {the host's runtime}
    */
-  runtime?: RuntimeName;
+  runtime?: WorkerRuntime;
   /**
    * Executable of the worker runtime.
    *
@@ -59,7 +60,7 @@ export interface PoolOptions {
 /** A snapshot of a pool's state. */
 export interface PoolStats {
   /** Worker runtime. */
-  runtime: RuntimeName;
+  runtime: WorkerRuntime;
   /** Requests running on workers. */
   inFlight: number;
   /** Requests waiting for a worker. */
@@ -85,7 +86,7 @@ const EXIT_GRACE_MS = 5_000;
 export class PoolCore implements Scheduler {
   readonly #platform: Platform;
   readonly #size: number;
-  readonly #runtime: RuntimeName;
+  readonly #runtime: WorkerRuntime;
   readonly #execPath: string | undefined;
   readonly #maxQueue: number;
   #workers: WorkerHandle[] = [];
@@ -112,7 +113,7 @@ export class PoolCore implements Scheduler {
    * Creates a pool; no worker starts until the first request or {@linkcode PoolCore.ready}.
    *
    * @throws {RangeError} If `size` or `maxQueue` is not a positive integer.
-   * @throws {TypeError} If `runtime` is not "deno", "bun" or "node".
+   * @throws {TypeError} If `runtime` is not "deno", "bun", "node" or "native".
    */
   constructor(platform: Platform, options: PoolOptions = {}) {
     if (typeof options !== "object" || options === null) throw new TypeError("Pool options must be an object");
@@ -125,8 +126,8 @@ export class PoolCore implements Scheduler {
       throw new RangeError(`maxQueue must be a non-negative integer, got ${String(options.maxQueue)}`);
     }
     const runtime = options.runtime ?? platform.runtime;
-    if (runtime !== "deno" && runtime !== "bun" && runtime !== "node") {
-      throw new TypeError(`Worker runtime must be "deno", "bun" or "node", got "${String(runtime)}"`);
+    if (runtime !== "deno" && runtime !== "bun" && runtime !== "node" && runtime !== "native") {
+      throw new TypeError(`Worker runtime must be "deno", "bun", "node" or "native", got "${String(runtime)}"`);
     }
     if (options.execPath !== undefined && typeof options.execPath !== "string") {
       throw new TypeError("execPath must be a string");

@@ -70,44 +70,93 @@ function toBytes(chunk: string | ArrayBufferView | ArrayBuffer): Uint8Array {
   throw new TypeError("Stdin accepts strings, ArrayBuffers and ArrayBuffer views");
 }
 
-/** Bun's own stdio files (`Bun.stdin`, `Bun.stdout`, `Bun.stderr`) by fd, where this runs in Bun. */
-function bunStdio(): readonly unknown[] {
-  const bun = (globalThis as { Bun?: { stdin: unknown; stdout: unknown; stderr: unknown } }).Bun;
-  return bun === undefined ? [] : [bun.stdin, bun.stdout, bun.stderr];
+/** A file of the host's as Bun's `Bun.file(pathOrFd)` gives it: a Blob that can also be written. */
+interface HostFile {
+  stream(): ReadableStream<Uint8Array>;
+  writer(): { write(chunk: Uint8Array): unknown; flush(): unknown; end(): unknown };
+}
+
+interface BunFiles {
+  stdin: unknown;
+  stdout: unknown;
+  stderr: unknown;
+  file(fd: number): HostFile;
+}
+
+/** Bun's file API, where this runs in Bun. */
+function bunFiles(): BunFiles | undefined {
+  return (globalThis as { Bun?: BunFiles }).Bun;
+}
+
+/** Whether `value` is a file that can be written (`Bun.file(...)`): a Blob with a `writer()`. */
+function isHostFile(value: unknown): value is HostFile {
+  return typeof Blob !== "undefined" && value instanceof Blob &&
+    typeof (value as { writer?: unknown }).writer === "function";
+}
+
+/** A stdio slot given one of the host's files: relayed through the host (see {@linkcode hostFile}). */
+interface Relayed {
+  file: HostFile;
+  /** The descriptor is the caller's: flushed after the command, never closed. */
+  callerFd: boolean;
 }
 
 /**
- * A stdio value that names one of the host's file descriptors (a number, `Bun.stdin`/`Bun.stdout`/`Bun.stderr`):
- * "inherit" for the slot's own, which the worker inherited from the host; a TypeError for any other, which a
- * command in another process cannot be given. Undefined for values that name no descriptor.
+ * What a stdio value that names one of the host's files becomes in a pool. The slot's own descriptor (`stdout: 1`,
+ * `Bun.stdout`) is "inherit": the worker has the host's. Another descriptor, or a `Bun.file(path)`, is relayed by
+ * the host, which reads it into the command's stdin, or writes the command's output to it, where it can open it
+ * (Bun). Elsewhere a descriptor of the host's is a TypeError: a worker can give a command only its own stdio.
+ * Undefined for values that name no file.
  */
-function hostFd(value: unknown, fd: 0 | 1 | 2, what: string): "inherit" | undefined {
-  const named = typeof value === "number" ? value : bunStdio().indexOf(value);
-  if (named < 0) return undefined;
+function hostFile(value: unknown, fd: 0 | 1 | 2, what: string): "inherit" | Relayed | undefined {
+  const bun = bunFiles();
+  const named = typeof value === "number"
+    ? value
+    : bun === undefined
+    ? -1
+    : [bun.stdin, bun.stdout, bun.stderr].indexOf(value);
   if (named === fd) return "inherit";
-  throw new TypeError(
-    `${what} cannot be the host's file descriptor ${named} in a pool: a worker can give a command only its own ` +
-      `stdio (${fd} here); use "pipe" and forward the bytes`,
-  );
+  if (named < 0 && isHostFile(value)) return { file: value, callerFd: false };
+  if (named < 0) return undefined;
+  if (!Number.isInteger(named) || bun === undefined) {
+    throw new TypeError(
+      `${what} cannot be the host's file descriptor ${named} in a pool: a worker can give a command only its own ` +
+        `stdio (${fd} here); use "pipe" and forward the bytes`,
+    );
+  }
+  return { file: bun.file(named), callerFd: true };
 }
 
-function outputMode(value: unknown, fallback: "pipe" | "inherit", what: string, fd: 1 | 2): StdioMode {
-  if (hostFd(value, fd, what) === "inherit") return "inherit";
-  if (typeof Blob !== "undefined" && value instanceof Blob) {
-    throw new TypeError(`${what} cannot be a file (Bun.file()) in a pool yet: use "pipe" and write the bytes to it`);
-  }
+/** Writes what `stream` yields to a relayed file; ends a file it opened, flushes a caller's descriptor. */
+async function relayOut(stream: ReadableStream<Uint8Array>, to: Relayed): Promise<void> {
+  const writer = to.file.writer();
+  for await (const chunk of stream) await writer.write(chunk);
+  await (to.callerFd ? writer.flush() : writer.end());
+}
+
+function outputMode(
+  value: unknown,
+  fallback: "pipe" | "inherit",
+  what: string,
+  fd: 1 | 2,
+): { mode: StdioMode; relay?: Relayed } {
+  const file = hostFile(value, fd, what);
+  if (file === "inherit") return { mode: "inherit" };
+  if (file !== undefined) return { mode: "piped", relay: file };
   const mode = stdioOption(
     value === null ? "ignore" : value,
     ["pipe", "inherit", "ignore"],
     fallback,
     what,
   );
-  return mode === "pipe" ? "piped" : mode === "inherit" ? "inherit" : "null";
+  return { mode: mode === "pipe" ? "piped" : mode === "inherit" ? "inherit" : "null" };
 }
 
 function stdinSource(value: BunInput | undefined): { mode: StdioMode; source?: StdinSource } {
   if (value === undefined || value === null || value === "ignore") return { mode: "null" };
-  if (hostFd(value, 0, "stdin") === "inherit") return { mode: "inherit" };
+  const file = hostFile(value, 0, "stdin");
+  if (file === "inherit") return { mode: "inherit" };
+  if (file !== undefined) return { mode: "piped", source: file.file.stream() };
   if (value === "pipe") return { mode: "piped" };
   if (value === "inherit") return { mode: "inherit" };
   if (typeof value === "string" || value instanceof ArrayBuffer || ArrayBuffer.isView(value)) {
@@ -174,6 +223,8 @@ export class PooledSubprocess {
     if (typeof options !== "object" || options === null) throw new TypeError("spawn options must be an object");
     if (cmd.length === 0) throw new TypeError("spawn needs at least the program to run");
     const stdin = stdinSource(options.stdin);
+    const stdout = outputMode(options.stdout, "pipe", "stdout", 1);
+    const stderr = outputMode(options.stderr, "inherit", "stderr", 2);
     const request = buildRequest({
       ...options,
       cmd: cmd[0],
@@ -181,8 +232,8 @@ export class PooledSubprocess {
       env: options.env as Record<string, string> | undefined,
       clearEnv: options.env !== undefined,
       stdin: stdin.mode,
-      stdout: outputMode(options.stdout, "pipe", "stdout", 1),
-      stderr: outputMode(options.stderr, "inherit", "stderr", 2),
+      stdout: stdout.mode,
+      stderr: stderr.mode,
       buffered: false,
     });
     if (options.onExit !== undefined && typeof options.onExit !== "function") {
@@ -193,11 +244,17 @@ export class PooledSubprocess {
     if (failure !== undefined) throw new SpawnError(failure, request.cmd, request.args);
     const execution = new Execution(scheduler, request, { stdinSource: stdin.source, signal: options.signal });
     this.#execution = execution;
-    this.stdout = execution.stdout;
-    this.stderr = execution.stderr;
+    // Output relayed to a file of the host's is written there before `exited` resolves, as a child writing to the
+    // file itself would have.
+    const relays = [[execution.stdout, stdout.relay], [execution.stderr, stderr.relay]] as const;
+    const relayed = relays.flatMap((
+      [stream, to],
+    ) => (stream !== undefined && to !== undefined ? [relayOut(stream, to)] : []));
+    this.stdout = stdout.relay === undefined ? execution.stdout : undefined;
+    this.stderr = stderr.relay === undefined ? execution.stderr : undefined;
     this.stdin = execution.stdin === undefined ? undefined : fileSink(execution.stdin);
     // As in Bun, `exited` comes with the exit itself: piped output may still be open (a grandchild can hold it).
-    this.exited = execution.exited.then((info) => {
+    this.exited = Promise.all([execution.exited, ...relayed]).then(([info]) => {
       this.#exitCode = info.code;
       this.#signalCode = info.signal;
       return info.signal !== null ? 128 + (signalNumber(info.signal) ?? 0) : info.code ?? 1;

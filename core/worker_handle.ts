@@ -204,9 +204,12 @@ export class WorkerHandle {
     }
   }
 
-  /** SIGKILLs a command of this worker's (its process group) from the host: one its worker failed to stop. */
-  killCommand(pid: number): void {
-    this.process.killCommands([pid]);
+  /**
+   * Gives up on a worker that stopped doing its job (`why`): it is killed, its commands with it (their process groups,
+   * from the host), and its requests still in flight fail with ERR_WORKER_DIED; the pool replaces it.
+   */
+  abandon(why: string): void {
+    this.#shutdown(new SpawnPoolError("ERR_WORKER_DIED", `Worker ${this.process.pid} ${why}; it was killed`));
   }
 
   /** Closes the channel; the worker kills its children and exits. In-flight requests fail with `error`. */

@@ -1015,8 +1015,8 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       shell: o.shell,
       signal: o.signal,
       // The timeout is this function's own timer (below), as in Node; the pool's is only a backstop, SIGKILL to
-      // the process group if the command still runs 5 s after that timer signalled it. (It also gives the command
-      // its process group on Deno workers, which make one only for commands with a timeout.)
+      // the process group if the command still runs 5 s after that timer signalled it. (With it the request asks
+      // for a process group of the command's own, which the timer signals.)
       // (A timeout within 5 s of MAX_TIMER_MS, over 24 days, gets a backstop of MAX_TIMER_MS, which may then
       // come first.)
       timeout: timeout > 0 ? Math.min(timeout + DEFAULT_FORCE_KILL_AFTER_DELAY, MAX_TIMER_MS) : 0,

@@ -120,9 +120,11 @@ describe("a Deno host", () => {
 
 /**
  * What a scoped `--allow-run` must name for a pool's `runtime` workers: the path found on PATH (what the pool runs
- * for Bun and Node workers) and its real path (a Deno host's own executable, for Deno workers).
+ * for Bun and Node workers) and its real path (a Deno host's own executable, for Deno workers); the checkout's build
+ * for native workers.
  */
 function workerPaths(runtime: string): string {
+  if (runtime === "native") return join(root, "native", "build", "spawnpool-worker");
   for (const dir of (process.env.PATH ?? "").split(delimiter)) {
     const path = join(dir, runtime);
     try {
@@ -177,7 +179,7 @@ await pool.close();
 
 describe("a Deno host's run permission binds every pooled command", () => {
   const PATHS = ["output", "spawn", "bun", "node", "execFile"];
-  const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno").split(",");
+  const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").split(",");
   const rest = ["--allow-net", "--allow-read", "--allow-env"];
   const notCapable = (path: string, cmd: string) =>
     `${path} ${cmd} NotCapable Requires run access to "${cmd}", run again with the --allow-run flag`;

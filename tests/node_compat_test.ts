@@ -31,11 +31,15 @@ import { Writable } from "node:stream";
 import { describe, it } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { promisify } from "node:util";
-import { configureDefaultPool, Pool, type RuntimeName } from "../mod.ts";
+import { configureDefaultPool, Pool, type RuntimeName, type WorkerRuntime } from "../mod.ts";
 import * as pooled from "../node.ts";
 import { childProcessFor } from "../node.ts";
 import { catFixtureBytes, writeCatFixture } from "../bench/_fixture.mjs";
 import { alive, fixture, HOST, hostArgv, survivors, withTimeout } from "./_helpers.ts";
+
+// SPAWNPOOL_COMPAT_WORKERS runs the drop-in's default pool on other workers than the host's (e.g. "native").
+const COMPAT_WORKERS = process.env.SPAWNPOOL_COMPAT_WORKERS as WorkerRuntime | undefined;
+if (COMPAT_WORKERS) configureDefaultPool({ runtime: COMPAT_WORKERS });
 
 type CP = Pick<typeof native, "spawn" | "execFile" | "exec">;
 const MODULES: Array<[string, CP]> = [["native", native], ["pooled", pooled]];
@@ -405,6 +409,9 @@ const scenarios: Scenario[] = [
         nativeDiffers: {
           bun: { fields: ["stdout"], why: "Bun's host may exit before an unread pipe ends" },
           deno: { fields: ["stdout"], why: "Deno's host may exit before an unread pipe ends" },
+          // When the pipe's end is read before the exit is reaped, only the unref'd process handle is left: Node's
+          // host exits without 'close'. Seen in 3 of 9 runs here (2026-11-25), only when the suite as a whole ran.
+          node: { fields: ["stdout"], why: "Node's host may exit before an unread pipe ends too (a race)" },
         },
         expectPooled: (r: Record<string, unknown>) => assert.equal(r.stdout, "close 0\n"),
       }
@@ -516,7 +523,10 @@ const scenarios: Scenario[] = [
       deno: { fields: ["stdout", "log", "exitCode", "spawnargs"], why: "Deno has no argv0 (Deno.Command)" },
     },
     expectPooled: (r) => {
-      if (HOST === "deno") assert.match(String((r.log as string[])[0]), /"code":"ENOTSUP"/);
+      // Deno workers have no argv0 either (the native worker has).
+      if (HOST === "deno" && (COMPAT_WORKERS ?? HOST) === "deno") {
+        assert.match(String((r.log as string[])[0]), /"code":"ENOTSUP"/);
+      }
     },
   }),
   spawnCase("uid and gid", { file: "id", args: ["-u"], options: { uid: 65534, gid: 65534 } }),
@@ -1204,7 +1214,7 @@ describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
     assert.throws(() => configureDefaultPool({ size: 1 }), /already started/);
   });
 
-  for (const runtime of ["node", "bun", "deno"] as const) {
+  for (const runtime of ["node", "bun", "deno", "native"] as const) {
     it(`childProcessFor(pool) runs on that pool (${runtime} workers)`, async () => {
       await using pool = new Pool({ size: 1, runtime });
       const { execFile } = childProcessFor(pool);

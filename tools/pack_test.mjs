@@ -1,7 +1,8 @@
 // The npm package as users get it: `npm pack`, then install the tarball into a scratch Node app (npm)
 // and a scratch Bun app (`bun add`), run real commands through the pool in each (Node host with node
-// workers, with bun workers, and the node:child_process drop-in; Bun host with bun workers; Deno host on
-// the Node app's package.json and node_modules, with deno and with bun workers), and
+// workers, with bun workers, with the package's native worker, and the node:child_process drop-in; Bun host with
+// bun and native workers; Deno host on the Node app's package.json and node_modules, with deno, bun and native
+// workers), and
 // type-check both apps against the shipped .d.ts. Prints "pack test: N passed, M failed".
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
@@ -40,7 +41,7 @@ import { execFile } from "spawnpool/node";
 import { promisify } from "node:util";
 import process from "node:process";
 
-const [runtime, execPath] = process.argv.slice(2) as ["deno" | "bun" | "node", string];
+const [runtime, execPath] = process.argv.slice(2) as ["deno" | "bun" | "node" | "native", string | undefined];
 await using pool = new Pool({ size: 2, runtime, execPath });
 const out = await pool.command("echo", { args: ["deno shape"] }).output();
 const proc = pool.spawn(["sh", "-c", "echo bun shape; exit 3"]);
@@ -75,7 +76,10 @@ check("npm pack builds and packs dist/ with types", () => {
   const [info] = JSON.parse(output.slice(output.indexOf("[")));
   tarball = join(scratch, info.filename);
   const files = info.files.map((f) => f.path);
-  for (const needed of ["dist/mod.js", "dist/mod.d.ts", "dist/node.js", "dist/node.d.ts", "dist/worker/main.js"]) {
+  const native = `dist/native/spawnpool-worker-${process.platform}-${process.arch}`;
+  for (
+    const needed of ["dist/mod.js", "dist/mod.d.ts", "dist/node.js", "dist/node.d.ts", "dist/worker/main.js", native]
+  ) {
     if (!files.includes(needed)) throw new Error(`${needed} is not in the package`);
   }
   const stray = files.filter((f) => /^(tests|bench|tools|\.ci)\/|\.ts$/.test(f) && !f.endsWith(".d.ts"));
@@ -103,7 +107,8 @@ function scratchApp(name, types, install) {
 function runs(dir, host, workers) {
   check(`${host} host, ${workers} workers`, () => {
     const script = host === "deno" ? ["run", "-A", "--quiet", "app.ts"] : ["app.ts"];
-    const out = run(host, [...script, workers, join(bin, workers)], dir).trim();
+    // The native worker is the package's own (dist/native/); the runtimes are the pinned ones.
+    const out = run(host, [...script, workers, ...(workers === "native" ? [] : [join(bin, workers)])], dir).trim();
     if (out !== expected) throw new Error(`got ${out}`);
   });
 }
@@ -115,8 +120,11 @@ runs(nodeApp, "node", "bun");
 // import's cannot, README: Pool).
 runs(nodeApp, "deno", "deno");
 runs(nodeApp, "deno", "bun");
+runs(nodeApp, "node", "native");
+runs(nodeApp, "deno", "native");
 const bunApp = scratchApp("bun-app", ["bun-types"], ["bun", "add"]);
 runs(bunApp, "bun", "bun");
+runs(bunApp, "bun", "native");
 
 rmSync(scratch, { recursive: true, force: true });
 console.log(`pack test: ${passed} passed, ${failed} failed`);

@@ -1,9 +1,11 @@
-// Installs the pinned runtimes (deno, bun, node 24) and dev tools from npm when they are missing.
-// Runs under any Node >= 18 (a fresh machine's own), before the runtimes exist.
+// Installs the pinned runtimes (deno, bun, node 24) and dev tools from npm when they are missing, and builds the
+// native worker (tools/build_native.mjs) when its sources changed. Runs under any Node >= 18 (a fresh machine's
+// own), before the runtimes exist.
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { buildNative, copyNativeToDist } from "./build_native.mjs";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const bin = join(root, "node_modules", ".bin");
@@ -21,6 +23,11 @@ function pinnedInstalled() {
 }
 
 export function ensureInstalled() {
+  installPinned();
+  buildNative({ quiet: true });
+}
+
+function installPinned() {
   const needed = ["deno", "bun", "node", "tsc"].map((name) => join(bin, name));
   if (needed.every((path) => existsSync(path)) && pinnedInstalled()) return;
   console.log("Installing the pinned deno, bun, node 24 and typescript from npm...");
@@ -38,6 +45,7 @@ export function buildDist() {
   ensureInstalled();
   rmSync(join(root, "dist"), { recursive: true, force: true });
   execFileSync(join(bin, "tsc"), ["-p", "tsconfig.build.json"], { cwd: root, stdio: "inherit" });
+  copyNativeToDist();
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) ensureInstalled();

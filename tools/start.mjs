@@ -1,5 +1,6 @@
 // `npm start`: the main job. Runs bench/compare.ts on every runtime; the Deno and Node runs also pool on Bun
-// workers, and the Node run through the `./node` drop-in's execFile too, against the same native measurements.
+// workers, and the Node run through the `./node` drop-in's execFile too, against the same native measurements;
+// every run also pools on the native worker (native/, built by setup).
 // Prints one table of native vs pooled spawning, and writes bench/results/latest.{json,md}.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -12,9 +13,10 @@ buildDist(); // Bun and Node measure the npm build, as their users run it (bench
 const script = "bench/compare.ts";
 // Node's native spawns are the slowest by far, so one Node run measures them once for three pooled paths: Node
 // workers, Bun workers, and a Node program that changed its import line (`execFile` of `./node`, Node workers).
-const nodePools = "node,bun,node:execFile";
+const nodePools = "node,bun,node:execFile,native";
 // Bun workers spend less CPU per spawn than Deno's own (README, Measured), so the Deno run measures both.
-const denoPools = "deno,bun";
+const denoPools = "deno,bun,native";
+const bunPools = "bun,native";
 const runs = [
   {
     label: `deno (pools: ${denoPools})`,
@@ -22,7 +24,7 @@ const runs = [
     args: scriptArgs("deno", script),
     env: { BENCH_POOLS: denoPools },
   },
-  { label: "bun", cmd: "bun", args: scriptArgs("bun", script) },
+  { label: `bun (pools: ${bunPools})`, cmd: "bun", args: scriptArgs("bun", script), env: { BENCH_POOLS: bunPools } },
   {
     label: `node (pools: ${nodePools})`,
     cmd: "node",

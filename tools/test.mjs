@@ -1,6 +1,7 @@
 // `npm test`: the whole quality gate, what CI runs. Format, lint, type-checks and doc lint; every test file
-// under Deno, Bun and Node; the JSDoc examples; a JSR publish dry run; and the npm package installed into
-// scratch Node and Bun apps. Prints a total and exits non-zero on any failure.
+// under Deno, Bun and Node (the conformance suite against node, bun, deno and native workers); the drop-in's
+// differential suite again on native workers; the JSDoc examples; a JSR publish dry run; and the npm package
+// installed into scratch Node and Bun apps. Setup builds the native worker first (tools/build_native.mjs). Prints a total and exits non-zero on any failure.
 import { spawnSync } from "node:child_process";
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
@@ -56,6 +57,29 @@ const steps = [
     count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
   },
   { name: "node --test", cmd: "node", args: ["--test", ...tests], count: /ℹ pass (\d+)\s*ℹ fail (\d+)/ },
+  // The ./node drop-in's differential suite once more, its default pool on native workers, under each host.
+  {
+    name: "deno test tests/node_compat_test.ts, native workers",
+    cmd: "deno",
+    args: ["test", "-A", "tests/node_compat_test.ts"],
+    env: { SPAWNPOOL_COMPAT_WORKERS: "native" },
+    count: /(\d+) passed \((\d+) steps\) \| (\d+) failed(?: \((\d+) steps\))?/,
+    totals: (m) => [Number(m[2]), Number(m[4] ?? m[3])],
+  },
+  {
+    name: "bun test tests/node_compat_test.ts, native workers",
+    cmd: "bun",
+    args: ["test", "--timeout", "30000", "tests/node_compat_test.ts"],
+    env: { SPAWNPOOL_COMPAT_WORKERS: "native" },
+    count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
+  },
+  {
+    name: "node --test tests/node_compat_test.ts, native workers",
+    cmd: "node",
+    args: ["--test", "tests/node_compat_test.ts"],
+    env: { SPAWNPOOL_COMPAT_WORKERS: "native" },
+    count: /ℹ pass (\d+)\s*ℹ fail (\d+)/,
+  },
   {
     name: "npm package in scratch Node and Bun apps",
     cmd: "node",
@@ -72,7 +96,7 @@ for (const step of steps) {
   // A step that hangs fails (and is killed) after 20 minutes instead of holding CI forever.
   const result = spawnSync(join(bin, step.cmd), step.args, {
     cwd: root,
-    env,
+    env: { ...env, ...step.env },
     encoding: "utf8",
     maxBuffer: 1 << 28,
     timeout: 20 * 60_000,

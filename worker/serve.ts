@@ -91,7 +91,8 @@ function parseRequest(payload: Uint8Array): SpawnRequest {
     !(raw.argv0 === undefined || typeof raw.argv0 === "string") ||
     !(raw.uid === undefined || Number.isInteger(raw.uid)) ||
     !(raw.gid === undefined || Number.isInteger(raw.gid)) ||
-    !(raw.detached === undefined || typeof raw.detached === "boolean")
+    !(raw.detached === undefined || typeof raw.detached === "boolean") ||
+    typeof raw.group !== "boolean"
   ) {
     throw new ProtocolError("Spawn request is malformed");
   }
