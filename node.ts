@@ -12,9 +12,11 @@
  * - `pid` is set when the worker reports it, just before `'spawn'`; it is `undefined` right after `spawn()`.
  * - `spawnSync`, `execSync`, `execFileSync` and `fork` are the runtime's own, re-exported unchanged: a pool
  *   cannot run a command synchronously, and `fork` needs an IPC channel.
- * - A `stdio` the pool cannot give (an `'ipc'` slot, a stream, an fd other than the slot's own, more than
- *   three pipes) makes that one call use the runtime's `node:child_process`, with a one-time
- *   `SPAWNPOOL_NATIVE_FALLBACK` process warning.
+ * - A `stdio` the pool cannot give (an `'ipc'` slot, a stream with an fd, an fd other than the slot's own,
+ *   more than three pipes) makes that one call use the runtime's `node:child_process`, with a one-time
+ *   `SPAWNPOOL_NATIVE_FALLBACK` process warning. Another pooled child's `stdout` as `stdio[0]` (or its `stdin`
+ *   as `stdio[1]`/`[2]`) stays in the pool: the host carries the bytes.
+ * - `new ChildProcess()` throws `ERR_METHOD_NOT_IMPLEMENTED`: children come from `spawn`, `execFile`, `exec`.
  * - Stdin `'inherit'` reads nothing (workers have no terminal to share); stdout and stderr `'inherit'` write
  *   to the host's.
  * - `timeout` sends `killSignal` to the command's whole process group, and SIGKILL 5 s later if it still runs.

@@ -14,7 +14,7 @@ import process from "node:process";
 import { Readable, Writable } from "node:stream";
 import { setImmediate } from "node:timers";
 import { fileURLToPath } from "node:url";
-import { format } from "node:util";
+import { format, inspect } from "node:util";
 import { SpawnError } from "../core/errors.ts";
 import { CreditBatch, Execution, type OutputControls, type OutputSink, type Scheduler } from "../core/execution.ts";
 import type { ExitInfo, StdioMode, StreamFd } from "../core/frame.ts";
@@ -26,9 +26,23 @@ import { signalName } from "../core/signals.ts";
 
 type NodeError = Error & { code: string };
 
+/**
+ * An error as Node's internal ones: `name` stays the class's, while its stack and `String(error)` read
+ * "RangeError [ERR_OUT_OF_RANGE]: ..." (what `assert.throws(fn, /ERR_OUT_OF_RANGE/)` matches).
+ */
 function nodeError<E extends Error>(Base: new (message: string) => E, code: string, message: string): E & NodeError {
   const error = new Base(message) as E & NodeError;
   error.code = code;
+  const name = error.name;
+  if (typeof error.stack === "string" && error.stack.startsWith(`${name}: `)) {
+    error.stack = `${name} [${code}]${error.stack.slice(name.length)}`;
+  }
+  Object.defineProperty(error, "toString", {
+    value: () => `${error.name} [${code}]: ${error.message}`,
+    enumerable: false,
+    writable: true,
+    configurable: true,
+  });
   return error;
 }
 
@@ -54,7 +68,9 @@ function invalidArgType(name: string, expected: string, value: unknown): NodeErr
 
 function invalidArgValue(name: string, value: unknown, reason = "is invalid"): NodeError {
   const kind = name.includes(".") ? "property" : "argument";
-  return nodeError(TypeError, "ERR_INVALID_ARG_VALUE", `The ${kind} '${name}' ${reason}. Received ${String(value)}`);
+  let shown = inspect(value);
+  if (shown.length > 128) shown = `${shown.slice(0, 128)}...`;
+  return nodeError(TypeError, "ERR_INVALID_ARG_VALUE", `The ${kind} '${name}' ${reason}. Received ${shown}`);
 }
 
 function outOfRange(name: string, range: string, value: unknown): NodeError {
@@ -154,6 +170,11 @@ interface PooledSpawn {
   cwd: string;
   env: Record<string, string>;
   stdio: [StdioMode, StdioMode, StdioMode];
+  /**
+   * Another pooled command's stream given as a slot (`stdio: [a.stdout, ...]`, `[..., b.stdin, ...]`): the host
+   * carries the bytes between the two commands' pipes.
+   */
+  relays: Relays;
   uid?: number;
   gid?: number;
   detached: boolean;
@@ -165,18 +186,23 @@ interface PooledSpawn {
 /** Why a spawn must run natively, or undefined when the pool can run it. */
 type Unpoolable = string;
 
+/** Streams of other pooled commands given as stdio slots: stdin from an output, outputs into a stdin. */
+type Relays = [OutputReadable | undefined, InputWritable | undefined, InputWritable | undefined];
+
 /** Maps Node's `stdio` option to the pool's modes; returns a reason when the pool cannot honour it. */
-function stdioModes(stdio: unknown): [StdioMode, StdioMode, StdioMode] | Unpoolable {
-  if (stdio === undefined || stdio === null) return ["piped", "piped", "piped"];
+function stdioModes(stdio: unknown): { modes: [StdioMode, StdioMode, StdioMode]; relays: Relays } | Unpoolable {
+  const relays: Relays = [undefined, undefined, undefined];
+  const all = (mode: StdioMode) => ({ modes: [mode, mode, mode] as [StdioMode, StdioMode, StdioMode], relays });
+  if (stdio === undefined || stdio === null) return all("piped");
   if (typeof stdio === "string") {
     switch (stdio) {
       case "pipe":
       case "overlapped":
-        return ["piped", "piped", "piped"];
+        return all("piped");
       case "ignore":
-        return ["null", "null", "null"];
+        return all("null");
       case "inherit":
-        return ["inherit", "inherit", "inherit"];
+        return all("inherit");
       default:
         throw invalidArgValue("stdio", stdio);
     }
@@ -190,13 +216,17 @@ function stdioModes(stdio: unknown): [StdioMode, StdioMode, StdioMode] | Unpoola
     else if (slot === "ignore") mode = "null";
     else if (slot === "pipe" || slot === "overlapped") mode = i < 3 ? "piped" : undefined;
     else if (slot === "inherit" || slot === i) mode = i < 3 ? "inherit" : undefined;
+    else if ((i === 0 && slot instanceof OutputReadable) || ((i === 1 || i === 2) && slot instanceof InputWritable)) {
+      mode = "piped";
+      (relays as Array<Readable | Writable | undefined>)[i] = slot;
+    }
     if (mode === undefined) {
       const shown = typeof slot === "object" ? `a ${slot.constructor?.name ?? "object"}` : `'${String(slot)}'`;
       return `stdio[${i}] is ${shown}`;
     }
     if (i < 3) modes[i] = mode;
   }
-  return modes;
+  return { modes, relays };
 }
 
 function validatedPath(value: unknown, name: string): string {
@@ -231,6 +261,40 @@ function optionalInt32(options: Record<string, unknown>, key: string): number | 
   return value as number;
 }
 
+/** A copy of `options` without a prototype: what Node reads options from. */
+function ownOptions(options: unknown): Record<string, unknown> {
+  return Object.assign(Object.create(null), options);
+}
+
+/** Node's DEP0190 is emitted once per process. */
+let warnedArgsWithShell = false;
+
+/**
+ * DEP0190, once per process. On Node the runtime's own module emits it, so that it and this module share
+ * Node's once-per-process flag (a program using both warns once, as with Node alone): its `spawn()` warns while
+ * normalising its arguments, then throws at the invalid `timeout` before it starts anything. Deno and Bun, whose
+ * modules differ there, get the warning from here.
+ */
+function warnArgsWithShell(): void {
+  if (warnedArgsWithShell) return;
+  warnedArgsWithShell = true;
+  const runtime = globalThis as { Deno?: unknown; Bun?: unknown };
+  if (runtime.Deno === undefined && runtime.Bun === undefined) {
+    try {
+      // A harmless command, should a runtime ever start it: `sh -c "true args"`.
+      native.spawn("true", ["args"], { shell: true, timeout: -1 }).on("error", () => {});
+    } catch {
+      return; // ERR_OUT_OF_RANGE: nothing started
+    }
+  }
+  process.emitWarning(
+    "Passing args to a child process with shell option true can lead to security vulnerabilities, " +
+      "as the arguments are not escaped, only concatenated.",
+    "DeprecationWarning",
+    "DEP0190",
+  );
+}
+
 /**
  * Node's `normalizeSpawnArguments`, then the pool's: validates and throws Node's errors synchronously.
  * Returns a reason string when the call needs something a pool cannot give (an `'ipc'` slot, extra fds).
@@ -238,7 +302,7 @@ function optionalInt32(options: Record<string, unknown>, key: string): number | 
 function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): PooledSpawn | Unpoolable {
   if (typeof file !== "string") throw invalidArgType("file", "of type string", file);
   noNulBytes(file, "file");
-  if (file.length === 0) throw invalidArgValue("file", "''", "cannot be empty");
+  if (file.length === 0) throw invalidArgValue("file", file, "cannot be empty");
   let args: unknown[];
   let options: unknown = optionsIn;
   if (Array.isArray(argsIn)) args = argsIn.slice();
@@ -253,7 +317,8 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
   else if (options === null || typeof options !== "object" || Array.isArray(options)) {
     throw invalidArgType("options", "of type object", options);
   }
-  const o = options as Record<string, unknown>;
+  // Own options only, as Node copies them: a value set on Object.prototype is no option.
+  const o = ownOptions(options);
   // A relative cwd is the host's current directory's (the worker's may differ), and an empty one is that directory.
   const dir = o.cwd === undefined || o.cwd === null ? "" : validatedPath(o.cwd, "options.cwd");
   const cwd = isAbsolute(dir) ? dir : resolve(dir);
@@ -274,12 +339,16 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
   const timeout = validateTimeout(o.timeout);
   const signal = validateAbortSignal(o.signal, "options.signal");
   const killSignal = killSignalOf(o.killSignal, "options.killSignal") ?? "SIGTERM";
+  if (o.serialization !== undefined && o.serialization !== "json" && o.serialization !== "advanced") {
+    throw invalidArgValue("options.serialization", o.serialization, "must be one of: undefined, 'json', 'advanced'");
+  }
 
   let strArgs = args.map((arg) => String(arg));
   let spawnargs: unknown[] = args;
   let cmd = file;
   if (o.shell) {
     noNulBytes(o.shell, "options.shell");
+    if (args.length > 0) warnArgsWithShell();
     const command = [file, ...strArgs].join(" ");
     cmd = typeof o.shell === "string" ? o.shell : "/bin/sh";
     strArgs = spawnargs = ["-c", command];
@@ -304,6 +373,7 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
 
   const stdio = stdioModes(o.stdio);
   if (typeof stdio === "string") return stdio;
+  // Every field its own, the optional ones too: one left out would be read from Object.prototype.
   const spec: PooledSpawn = {
     file: cmd,
     args: strArgs,
@@ -311,15 +381,16 @@ function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknown): Poo
     extraStdio: Array.isArray(o.stdio) ? Math.max(0, o.stdio.length - 3) : 0,
     cwd,
     env,
-    stdio,
+    stdio: stdio.modes,
+    relays: stdio.relays,
     detached: o.detached === true,
     timeout,
     killSignal,
+    argv0,
+    uid,
+    gid,
+    signal,
   };
-  if (argv0 !== undefined) spec.argv0 = argv0;
-  if (uid !== undefined) spec.uid = uid;
-  if (gid !== undefined) spec.gid = gid;
-  if (signal !== undefined) spec.signal = signal;
   return spec;
 }
 
@@ -393,8 +464,61 @@ class OutputReadable extends Readable {
   }
 }
 
-/** A child's stdin as a Node stream, with a pipe socket's `ref()`/`unref()` for code that calls them. */
+/**
+ * A child's stdin as a Node stream, with a pipe socket's `ref()`/`unref()` for code that calls them. Other
+ * commands may write into it too (given as their stdout or stderr): the command's stdin ends once this stream
+ * and each of them has ended, as a pipe's reader sees its end once every writer has closed it.
+ */
 class InputWritable extends Writable {
+  readonly #send: (bytes: Uint8Array, callback: (error?: Error | null) => void) => void;
+  readonly #end: () => void;
+  /** This stream and the relays writing into the command's stdin. */
+  #writers = 1;
+
+  constructor(send: (bytes: Uint8Array, callback: (error?: Error | null) => void) => void, end: () => void) {
+    super();
+    this.#send = send;
+    this.#end = end;
+  }
+
+  override _write(chunk: Buffer, _encoding: string, callback: (error?: Error | null) => void): void {
+    this.#send(chunk, callback);
+  }
+
+  override _writev(chunks: Array<{ chunk: Buffer }>, callback: (error?: Error | null) => void): void {
+    this.#send(Buffer.concat(chunks.map((entry) => entry.chunk)), callback);
+  }
+
+  override _final(callback: (error?: Error | null) => void): void {
+    this.#release();
+    callback();
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.#end();
+    callback(error);
+  }
+
+  #release(): void {
+    if (--this.#writers === 0) this.#end();
+  }
+
+  /**
+   * Writes all of `source` (another command's output) into the command's stdin, which it holds open until
+   * then; resolves once the last bytes reached the command's pipe (or `source` was destroyed).
+   */
+  relay(source: Readable): Promise<void> {
+    this.#writers++;
+    return (async () => {
+      for await (const chunk of source) await new Promise((written) => this.#send(chunk, written));
+    })().catch(() => {}).finally(() => this.#release());
+  }
+
+  /** Always false, as on the write-only pipe socket Node gives. */
+  get readable(): boolean {
+    return false;
+  }
+
   /** Does nothing: stdin never keeps the host alive here. */
   ref(): this {
     return this;
@@ -478,6 +602,11 @@ export class ChildProcess extends EventEmitter {
   #watchingStreams = false;
   #abortPending: AbortSignal | undefined;
   #stdinPending = 0;
+  #exitDelivered = false;
+  #flushScheduled = false;
+  readonly #outputsEnded = new Set<OutputReadable>();
+  /** Outputs written into another command's stdin (stdio given as its stream), not this child's streams. */
+  readonly #relayed: OutputReadable[] = [];
   #signal: AbortSignal | undefined;
   readonly #onAbort = (): void => {
     if (this.#spawned) this.#abort(this.#signal!);
@@ -489,11 +618,20 @@ export class ChildProcess extends EventEmitter {
    * @param abortSignal What an abort of `spec.signal` sends: `killSignal` for spawn, SIGTERM for execFile and
    * exec (where `killSignal` is for the timeout and maxBuffer only, as in Node).
    */
-  constructor(scheduler: Scheduler, spec: PooledSpawn, abortSignal: string = spec.killSignal) {
+  constructor(scheduler: Scheduler, spec: PooledSpawn, abortSignal?: string) {
     super();
+    // Node's `new ChildProcess()` then `child.spawn(options)` (internal options: envPairs, file, args) has
+    // no pooled form: say so, rather than fail on the missing arguments.
+    if (scheduler === undefined || spec === undefined) {
+      throw nodeError(
+        TypeError,
+        "ERR_METHOD_NOT_IMPLEMENTED",
+        "The ChildProcess() constructor is not implemented by spawnpool/node: use spawn(), execFile() or exec()",
+      );
+    }
     this.spawnfile = spec.file;
     this.spawnargs = spec.spawnargs as string[];
-    this.#abortSignal = abortSignal;
+    this.#abortSignal = abortSignal ?? spec.killSignal;
     const outputs: [undefined, OutputReadable | undefined, OutputReadable | undefined] = [
       undefined,
       undefined,
@@ -525,8 +663,8 @@ export class ChildProcess extends EventEmitter {
       outputs[fd] = readable;
       return {
         push: (chunk) => this.#deliver(() => readable.deliver(chunk)),
-        end: () => this.#deliver(() => readable.finish()),
-        error: () => this.#deliver(() => readable.finish()),
+        end: () => this.#deliver(() => this.#ended(readable)),
+        error: () => this.#deliver(() => this.#ended(readable)),
       };
     };
     this.#execution = new Execution(scheduler, request, {
@@ -541,14 +679,32 @@ export class ChildProcess extends EventEmitter {
             for (const event of held) queueMicrotask(event);
           });
         },
-        exited: (info) => this.#deliver(() => this.#onExit(info)),
+        // The exit waits for a later macrotask, as in Node, where it comes in a libuv callback of its own after the
+        // pipes' last reads: code that reads one output to its end (a few promise hops) and then starts on the
+        // other must find it still unread, not resumed into nobody by the exit's flush of unread outputs.
+        exited: (info) => void setImmediate(() => this.#deliver(() => this.#onExit(info))),
         failed: (error) => this.#deliver(() => this.#onFail(error)),
       },
     });
     const execution = this.#execution;
-    if (request.stdin === "piped") this.stdin = this.#stdinWritable(execution);
-    this.stdout = outputs[1] ?? null;
-    this.stderr = outputs[2] ?? null;
+    const [from, intoOut, intoErr] = spec.relays;
+    if (request.stdin === "piped") {
+      const stdin = this.#stdinWritable(execution);
+      // Until this command's stdin closes: what the other command's output still holds is its own to read. A
+      // write after this command exited fails as the other command's own write would, not in this process.
+      if (from !== undefined) from.pipe(stdin.on("error", () => {}));
+      else this.stdin = stdin;
+    }
+    // This command's output goes into the other command's stdin; as in Node, it is not this child's stream.
+    // 'close' waits until those bytes reached that stdin, as they are in the pipe when a command exits.
+    for (const [fd, into] of [[1, intoOut], [2, intoErr]] as const) {
+      if (into === undefined) continue;
+      this.#relayed.push(outputs[fd]!);
+      this.#closesNeeded++;
+      into.relay(outputs[fd]!).then(() => this.#maybeClose());
+    }
+    this.stdout = intoOut === undefined ? outputs[1] ?? null : null;
+    this.stderr = intoErr === undefined ? outputs[2] ?? null : null;
     const stdio: Array<Readable | Writable | null> = [this.stdin, this.stdout, this.stderr];
     for (let i = 0; i < spec.extraStdio; i++) stdio.push(null);
     this.stdio = stdio as ChildProcess["stdio"];
@@ -655,7 +811,8 @@ export class ChildProcess extends EventEmitter {
     // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
     this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
     this.emit("exit", this.exitCode, this.signalCode);
-    process.nextTick(() => this.#flushStdio());
+    this.#exitDelivered = true;
+    this.#maybeFlush();
     this.#maybeClose();
   }
 
@@ -680,6 +837,7 @@ export class ChildProcess extends EventEmitter {
     this.stdin?.destroy();
     this.stdout?.destroy();
     this.stderr?.destroy();
+    for (const output of this.#relayed) output.destroy();
     this.emit("error", reported);
     if (!afterExit) this.#maybeClose();
   }
@@ -688,6 +846,25 @@ export class ChildProcess extends EventEmitter {
     this.#settled = true;
     this.#abortPending = undefined;
     this.#signal?.removeEventListener("abort", this.#onAbort);
+  }
+
+  #ended(output: OutputReadable): void {
+    output.finish();
+    this.#outputsEnded.add(output);
+    this.#maybeFlush();
+  }
+
+  /**
+   * Node flushes unread outputs on the tick after `'exit'`; here that waits until each output's end has arrived
+   * too, and a macrotask more. The worker may report the exit before an output's end: code still reading the
+   * other output to its end must find this one unread when it gets to it, not resumed into nobody.
+   */
+  #maybeFlush(): void {
+    if (!this.#exitDelivered || this.#flushScheduled) return;
+    const outputs = [this.stdout, this.stderr] as Array<OutputReadable | null>;
+    if (!outputs.every((stream) => stream === null || stream.destroyed || this.#outputsEnded.has(stream))) return;
+    this.#flushScheduled = true;
+    setImmediate(() => this.#flushStdio());
   }
 
   /** After exit, lets output nobody is reading (or that was paused) drain, so `'close'` can follow, as Node does. */
@@ -702,7 +879,7 @@ export class ChildProcess extends EventEmitter {
     if (this.#closesGot === this.#closesNeeded) this.emit("close", this.exitCode, this.signalCode);
   }
 
-  #stdinWritable(execution: Execution): Writable {
+  #stdinWritable(execution: Execution): InputWritable {
     const send = (bytes: Uint8Array, callback: (error?: Error | null) => void): void => {
       this.#stdinPending++;
       execution.write(bytes).then((ok) => {
@@ -710,22 +887,7 @@ export class ChildProcess extends EventEmitter {
         callback(ok ? null : epipe());
       }, callback);
     };
-    return new InputWritable({
-      write(chunk: Buffer, _encoding, callback) {
-        send(chunk, callback);
-      },
-      writev(chunks, callback) {
-        send(Buffer.concat(chunks.map((entry) => entry.chunk as Buffer)), callback);
-      },
-      final(callback) {
-        execution.endStdin();
-        callback();
-      },
-      destroy(error, callback) {
-        execution.endStdin();
-        callback(error);
-      },
-    });
+    return new InputWritable(send, () => execution.endStdin());
   }
 }
 
@@ -825,6 +987,7 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       throw invalidArgType("callback", "of type function", callback);
     }
     const o: Record<string, unknown> = {
+      __proto__: null,
       encoding: "utf8",
       timeout: 0,
       maxBuffer: MAX_BUFFER,
@@ -960,7 +1123,7 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       callback = options;
       options = undefined;
     }
-    const o = { ...(options as Record<string, unknown> | undefined) };
+    const o = ownOptions(options);
     o.shell = typeof o.shell === "string" ? o.shell : true;
     return execFilePooled(command, o, callback);
   }
