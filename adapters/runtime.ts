@@ -112,6 +112,19 @@ export function nativeWorkerPath(): string {
   );
 }
 
+/**
+ * Whether a pool given no `runtime` may look for and start native workers without asking: anywhere but on a Deno
+ * host without unscoped read and run permissions (there, looking would prompt or fail, so such a host keeps Deno
+ * workers unless it asks for native ones).
+ */
+function nativeDefaultAllowed(host: RuntimeName): boolean {
+  if (host !== "deno") return true;
+  const permissions = (globalThis as unknown as {
+    Deno: { permissions: { querySync(descriptor: { name: string }): { state: string } } };
+  }).Deno.permissions;
+  return ["read", "run"].every((name) => permissions.querySync({ name }).state === "granted");
+}
+
 let cached: Platform | undefined;
 
 /** The platform of the current process. */
@@ -123,6 +136,7 @@ export function currentPlatform(): Platform {
     host: adapterFor(runtime),
     cores: navigator.hardwareConcurrency ?? 2,
     preflight,
+    nativeAvailable: () => nativeDefaultAllowed(runtime) && findNativeWorker() !== undefined,
     launch(workerRuntime: WorkerRuntime, execPath: string | undefined): WorkerLaunch {
       if (workerRuntime === "native") {
         return {

@@ -85,7 +85,11 @@ export const PLATFORM_TARGETS = [
 /** The npm name of the package holding the native worker for `platform`-`arch`. */
 export const workerPackageName = (platform, arch) => `@spawnpool/worker-${platform}-${arch}`;
 
-const zigEnv = () => ({ ...process.env, ZIG_GLOBAL_CACHE_DIR: join(cache, "global"), ZIG_LOCAL_CACHE_DIR: join(cache, "local") });
+const zigEnv = () => ({
+  ...process.env,
+  ZIG_GLOBAL_CACHE_DIR: join(cache, "global"),
+  ZIG_LOCAL_CACHE_DIR: join(cache, "local"),
+});
 
 /** Installs the pinned Zig from PyPI into .cache/zig/venv when it is missing; returns the command prefix for `zig`. */
 export function ensureZig({ quiet = false } = {}) {
@@ -99,9 +103,13 @@ export function ensureZig({ quiet = false } = {}) {
     if (!quiet) console.log(`Installing Zig ${ZIG_VERSION} (PyPI: ziglang) into ${venv}...`);
     mkdirSync(cache, { recursive: true });
     if (!existsSync(python)) execFileSync("python3", ["-m", "venv", venv], { stdio: "inherit" });
-    execFileSync(python, ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", `ziglang==${ZIG_VERSION}`], {
-      stdio: "inherit",
-    });
+    execFileSync(
+      python,
+      ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", `ziglang==${ZIG_VERSION}`],
+      {
+        stdio: "inherit",
+      },
+    );
   }
   return [python, "-m", "ziglang"];
 }
@@ -127,8 +135,20 @@ export async function crossCompile({ quiet = false } = {}) {
     const path = join(dir, "spawnpool-worker");
     mkdirSync(dir, { recursive: true });
     if (upToDate(path)) return { ...entry, path };
-    const args = [...zig.slice(1), "cc", "-target", entry.target, ...common, "-O2", "-s", ...entry.flags, "-o", path,
-      ...sources, "-lm"];
+    const args = [
+      ...zig.slice(1),
+      "cc",
+      "-target",
+      entry.target,
+      ...common,
+      "-O2",
+      "-s",
+      ...entry.flags,
+      "-o",
+      path,
+      ...sources,
+      "-lm",
+    ];
     if (!quiet) console.log(`zig cc -target ${entry.target} -> ${path}`);
     try {
       await runAsync(zig[0], args, { cwd: root, env: zigEnv() });

@@ -95,7 +95,9 @@ check("npm pack builds and packs dist/ with types, and the native worker's packa
   const main = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
   for (const [name, version] of Object.entries(main.optionalDependencies)) {
     const [, platform, arch] = /^@spawnpool\/worker-(linux|darwin)-(x64|arm64)$/.exec(name) ?? [];
-    if (platform === undefined || version !== main.version) throw new Error(`unexpected optional dependency ${name}@${version}`);
+    if (platform === undefined || version !== main.version) {
+      throw new Error(`unexpected optional dependency ${name}@${version}`);
+    }
     const dir = join(root, "dist", "npm", `worker-${platform}-${arch}`);
     const pkg = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
     if (pkg.name !== name || pkg.version !== main.version || pkg.os[0] !== platform || pkg.cpu[0] !== arch) {
@@ -130,18 +132,23 @@ function scratchApp(name, types, install) {
   return dir;
 }
 
-/** Runs the app under `host` with `workers` workers and checks what it printed. */
+/**
+ * Runs the app under `host` with `workers` workers ("default": no runtime option, which picks the native worker from
+ * the optional package) and checks what it printed.
+ */
 function runs(dir, host, workers) {
   check(`${host} host, ${workers} workers`, () => {
     const script = host === "deno" ? ["run", "-A", "--quiet", "app.ts"] : ["app.ts"];
     // The native worker is the optional package's; the runtimes are the pinned ones.
-    const out = run(host, [...script, workers, ...(workers === "native" ? [] : [join(bin, workers)])], dir).trim();
+    const args = workers === "default" ? [] : workers === "native" ? [workers] : [workers, join(bin, workers)];
+    const out = run(host, [...script, ...args], dir).trim();
     const [result, what] = out.split("\n");
     if (result !== expected) throw new Error(`got ${out}`);
     const [runtime, exe] = JSON.parse(what);
-    if (runtime !== workers) throw new Error(`the pool ran ${runtime} workers`);
+    const native = workers === "native" || workers === "default";
+    if (runtime !== (native ? "native" : workers)) throw new Error(`the pool ran ${runtime} workers`);
     const binary = realpathSync(join(dir, "node_modules", workerPackage, "bin", "spawnpool-worker"));
-    if (process.platform === "linux" && workers === "native" && exe !== binary) {
+    if (process.platform === "linux" && native && exe !== binary) {
       throw new Error(`the native worker is ${exe}, not ${binary} from ${workerPackage}`);
     }
   });
@@ -156,9 +163,12 @@ runs(nodeApp, "deno", "deno");
 runs(nodeApp, "deno", "bun");
 runs(nodeApp, "node", "native");
 runs(nodeApp, "deno", "native");
+runs(nodeApp, "node", "default");
+runs(nodeApp, "deno", "default");
 const bunApp = scratchApp("bun-app", ["bun-types"], ["bun", "add"]);
 runs(bunApp, "bun", "bun");
 runs(bunApp, "bun", "native");
+runs(bunApp, "bun", "default");
 
 rmSync(scratch, { recursive: true, force: true });
 console.log(`pack test: ${passed} passed, ${failed} failed`);
