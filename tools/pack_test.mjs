@@ -107,6 +107,13 @@ check("npm pack builds and packs dist/ with types, and the native worker's packa
     const packedFiles = JSON.parse(packed.slice(packed.indexOf("[")))[0].files;
     const binary = packedFiles.find((f) => f.path === "bin/spawnpool-worker");
     if (binary === undefined || (binary.mode & 0o111) !== 0o111) throw new Error(`${name} has no executable binary`);
+    // Only this platform's binary runs here: the others are checked for their format and machine.
+    const head = readFileSync(join(dir, "bin", "spawnpool-worker")).subarray(0, 20);
+    const machine = platform === "linux"
+      ? head.readUInt32BE(0) === 0x7f454c46 && head.readUInt16LE(18) // ELF, e_machine
+      : head.readUInt32LE(0) === 0xfeedfacf && head.readUInt32LE(4); // Mach-O 64, cputype
+    const wanted = { "linux-x64": 0x3e, "linux-arm64": 0xb7, "darwin-x64": 0x01000007, "darwin-arm64": 0x0100000c };
+    if (machine !== wanted[`${platform}-${arch}`]) throw new Error(`${name}'s binary is not for ${platform}-${arch}`);
     if (name === workerPackage) {
       const workerOutput = run("npm", ["pack", "--pack-destination", scratch, "--json", dir], root);
       workerTarball = join(scratch, JSON.parse(workerOutput.slice(workerOutput.indexOf("[")))[0].filename);
