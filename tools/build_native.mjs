@@ -85,6 +85,15 @@ export const PLATFORM_TARGETS = [
 /** The npm name of the package holding the native worker for `platform`-`arch`. */
 export const workerPackageName = (platform, arch) => `@spawnpool/worker-${platform}-${arch}`;
 
+/**
+ * The optionalDependencies of the published spawnpool: every platform's worker package at `version`. Only the staged
+ * package lists them (tools/stage.mjs): the checkout's package.json does not, so installing a checkout never asks the
+ * registry for packages that may not be published yet, and never installs a stranger's package of that name.
+ */
+export function workerDependencies(version) {
+  return Object.fromEntries(PLATFORM_TARGETS.map(({ platform, arch }) => [workerPackageName(platform, arch), version]));
+}
+
 const zigEnv = () => ({
   ...process.env,
   ZIG_GLOBAL_CACHE_DIR: join(cache, "global"),
@@ -171,9 +180,6 @@ export async function buildPlatformPackages({ quiet = false } = {}) {
   const packages = [];
   for (const entry of built) {
     const name = workerPackageName(entry.platform, entry.arch);
-    if (main.optionalDependencies?.[name] !== main.version) {
-      throw new Error(`package.json's optionalDependencies must list ${name} at ${main.version}`);
-    }
     if (entry.error !== undefined) {
       console.error(`Could not build ${name} (${entry.target}):\n${entry.error}`);
       continue;
@@ -189,7 +195,7 @@ export async function buildPlatformPackages({ quiet = false } = {}) {
       join(dir, "README.md"),
       `# ${name}\n\nThe native worker of [spawnpool](https://www.npmjs.com/package/spawnpool) for ${os} on ${entry.arch}, ` +
         `built from spawnpool's native/*.c with \`zig cc -target ${entry.target}\` (Zig ${ZIG_VERSION}).\n\n` +
-        "Do not install it yourself: spawnpool lists it in its optionalDependencies, and npm, Bun and Deno install the " +
+        "Do not install it yourself: the published spawnpool lists it in its optionalDependencies, and npm, Bun and Deno install the " +
         "one for your platform.\n",
     );
     const pkg = {

@@ -11,6 +11,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { bin, ensureInstalled, root } from "./setup.mjs";
+import { stage } from "./stage.mjs";
 
 ensureInstalled();
 const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, NO_COLOR: "1" };
@@ -80,7 +81,11 @@ const workerPackage = `@spawnpool/worker-${process.platform}-${process.arch}`;
 let tarball;
 let workerTarball;
 check("npm pack builds and packs dist/ with types, and the native worker's packages", () => {
-  const output = run("npm", ["pack", "--pack-destination", scratch, "--json"], root);
+  // What is published: the staged package (tools/stage.mjs), from a fresh build.
+  run("node", [join(root, "tools", "build.mjs")], root);
+  const staged = join(scratch, "staged");
+  const main = stage(staged);
+  const output = run("npm", ["pack", "--pack-destination", scratch, "--json", staged], root);
   const [info] = JSON.parse(output.slice(output.indexOf("[")));
   tarball = join(scratch, info.filename);
   const files = info.files.map((f) => f.path);
@@ -92,7 +97,6 @@ check("npm pack builds and packs dist/ with types, and the native worker's packa
   );
   if (stray.length) throw new Error(`not for the package: ${stray.join(", ")}`);
   // The binaries come from the per-platform packages, one each, at spawnpool's version.
-  const main = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
   for (const [name, version] of Object.entries(main.optionalDependencies)) {
     const [, platform, arch] = /^@spawnpool\/worker-(linux|darwin)-(x64|arm64)$/.exec(name) ?? [];
     if (platform === undefined || version !== main.version) {
@@ -172,7 +176,9 @@ runs(nodeApp, "node", "native");
 runs(nodeApp, "deno", "native");
 runs(nodeApp, "node", "default");
 runs(nodeApp, "deno", "default");
-const bunApp = scratchApp("bun-app", ["bun-types"], ["bun", "add"]);
+// Offline, as the Node app: the other platforms' worker packages are not fetched from the registry (they may not be
+// published yet, and nothing of that name but our own tarball may be installed).
+const bunApp = scratchApp("bun-app", ["bun-types"], ["bun", "add", "--offline"]);
 runs(bunApp, "bun", "bun");
 runs(bunApp, "bun", "native");
 runs(bunApp, "bun", "default");
