@@ -6,7 +6,8 @@
  */
 
 import { existsSync } from "node:fs";
-import { delimiter, join } from "node:path";
+import { createRequire } from "node:module";
+import { delimiter, dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import type { Adapter, RuntimeName, WorkerLaunch, WorkerRuntime } from "../core/adapter.ts";
@@ -61,31 +62,67 @@ export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string
   return found;
 }
 
+/** The npm package that holds the native worker for this platform (spawnpool's optionalDependencies). */
+export const NATIVE_WORKER_PACKAGE: string = `@spawnpool/worker-${process.platform}-${process.arch}`;
+
 /**
- * Where the native worker is looked for, next to this module: `native/build/spawnpool-worker` in a checkout
- * (`npm run build:native`), `dist/native/spawnpool-worker-<platform>-<arch>` in the npm build.
+ * Where the native worker is looked for: `native/build/spawnpool-worker` next to this module in a checkout
+ * (`npm run build:native`), `dist/native/spawnpool-worker-<platform>-<arch>` in a checkout's dist/, and the
+ * per-platform optional package's `bin/spawnpool-worker` where a package manager installed spawnpool (npm, Bun,
+ * or Deno with `npm:spawnpool`), found the way Node resolves a dependency of spawnpool's. None for a remote module
+ * (JSR, a URL).
  */
 function nativeWorkerCandidates(): string[] {
   if (!import.meta.url.startsWith("file:")) return [];
-  return [
+  const candidates = [
     `../native/build/spawnpool-worker`,
     `../native/spawnpool-worker-${process.platform}-${process.arch}`,
   ].map((path) => fileURLToPath(new URL(path, import.meta.url).href));
+  try {
+    const manifest = createRequire(import.meta.url).resolve(`${NATIVE_WORKER_PACKAGE}/package.json`);
+    candidates.push(join(dirname(manifest), "bin", "spawnpool-worker"));
+  } catch {
+    // not installed: another platform's, a checkout, or a package manager that left optional dependencies out
+  }
+  return candidates;
+}
+
+let nativeFound: string | undefined | null = null;
+
+/** The native worker's executable, looked for once per process; undefined when there is none. */
+export function findNativeWorker(): string | undefined {
+  if (nativeFound === null) nativeFound = nativeWorkerCandidates().find((path) => existsSync(path));
+  return nativeFound;
 }
 
 /** The native worker's executable, or `ERR_WORKER_START` saying how to get one. */
 export function nativeWorkerPath(): string {
-  const candidates = nativeWorkerCandidates();
-  const found = candidates.find((path) => existsSync(path));
+  const found = findNativeWorker();
   if (found !== undefined) return found;
+  const candidates = nativeWorkerCandidates();
   throw new SpawnPoolError(
     "ERR_WORKER_START",
     `No native worker for ${process.platform}-${process.arch} ` +
       `(looked for ${
         candidates.length > 0 ? candidates.map((c) => `"${c}"`).join(", ") : "none outside a local file"
       }); ` +
-      "build one with `npm run build:native` in a checkout of spawnpool, or pass its path as the execPath option",
+      `install spawnpool from npm with its optional dependency ${NATIVE_WORKER_PACKAGE} (npm install, bun add, ` +
+      "deno add npm:spawnpool), build one with `npm run build:native` in a checkout of spawnpool, " +
+      "or pass its path as the execPath option",
   );
+}
+
+/**
+ * Whether a pool given no `runtime` may look for and start native workers without asking: anywhere but on a Deno
+ * host without unscoped read and run permissions (there, looking would prompt or fail, so such a host keeps Deno
+ * workers unless it asks for native ones).
+ */
+function nativeDefaultAllowed(host: RuntimeName): boolean {
+  if (host !== "deno") return true;
+  const permissions = (globalThis as unknown as {
+    Deno: { permissions: { querySync(descriptor: { name: string }): { state: string } } };
+  }).Deno.permissions;
+  return ["read", "run"].every((name) => permissions.querySync({ name }).state === "granted");
 }
 
 let cached: Platform | undefined;
@@ -99,6 +136,7 @@ export function currentPlatform(): Platform {
     host: adapterFor(runtime),
     cores: navigator.hardwareConcurrency ?? 2,
     preflight,
+    nativeAvailable: () => nativeDefaultAllowed(runtime) && findNativeWorker() !== undefined,
     launch(workerRuntime: WorkerRuntime, execPath: string | undefined): WorkerLaunch {
       if (workerRuntime === "native") {
         return {

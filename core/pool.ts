@@ -25,6 +25,11 @@ export interface Platform {
   preflight?(request: SpawnRequest): SpawnFailure | undefined;
   /** Logical cores, for the default size. */
   cores: number;
+  /**
+   * Whether a native worker for this platform is present, for a pool given no `runtime`: it then starts native
+   * workers, and falls back to the host's runtime if the first does not say hello. Checked once per process.
+   */
+  nativeAvailable?(): boolean;
 }
 
 /** Options of a pool. */
@@ -37,13 +42,15 @@ export interface PoolOptions {
   size?: number;
   /**
    * Runtime the workers run in, independent of the host's: "deno", "bun", "node", or "native" for the C worker
-   * (built by `npm run build:native` in a checkout, shipped in the npm package for the platforms it was built for).
+   * (built by `npm run build:native` in a checkout; from npm, in the optional package
+   * `@spawnpool/worker-<platform>-<arch>`). An explicit "native" without a binary fails with `ERR_WORKER_START`.
    *
-   * @default {the host's runtime}
+   * @default {"native" where the binary for this platform is present and its first worker says hello (and no
+   * `execPath` is given), else the host's runtime; `stats().runtime` says which}
    */
   runtime?: WorkerRuntime;
   /**
-   * Executable of the worker runtime.
+   * Executable of the worker runtime (without `runtime`: of the host's runtime).
    *
    * @default {the host's own executable for the same runtime, else the runtime's name looked up on PATH}
    */
@@ -59,7 +66,7 @@ export interface PoolOptions {
 
 /** A snapshot of a pool's state. */
 export interface PoolStats {
-  /** Worker runtime. */
+  /** Worker runtime: the one asked for, or the default's choice ("native", or the host's after a fallback). */
   runtime: WorkerRuntime;
   /** Requests running on workers. */
   inFlight: number;
@@ -86,7 +93,12 @@ const EXIT_GRACE_MS = 5_000;
 export class PoolCore implements Scheduler {
   readonly #platform: Platform;
   readonly #size: number;
-  readonly #runtime: WorkerRuntime;
+  #runtime: WorkerRuntime;
+  /**
+   * The host's runtime while this pool, given no `runtime`, tries native workers and none has said hello yet: the
+   * first native start that fails switches the pool to it. Undefined once decided.
+   */
+  #fallback: RuntimeName | undefined;
   readonly #execPath: string | undefined;
   readonly #maxQueue: number;
   #workers: WorkerHandle[] = [];
@@ -125,7 +137,12 @@ export class PoolCore implements Scheduler {
     if (maxQueue !== Infinity && (!Number.isInteger(maxQueue) || maxQueue < 0)) {
       throw new RangeError(`maxQueue must be a non-negative integer, got ${String(options.maxQueue)}`);
     }
-    const runtime = options.runtime ?? platform.runtime;
+    let runtime = options.runtime ?? platform.runtime;
+    // The default prefers native workers, found once per process (no cost per pool or per spawn beyond this call).
+    if (options.runtime === undefined && options.execPath === undefined && platform.nativeAvailable?.() === true) {
+      this.#fallback = platform.runtime;
+      runtime = "native";
+    }
     if (runtime !== "deno" && runtime !== "bun" && runtime !== "node" && runtime !== "native") {
       throw new TypeError(`Worker runtime must be "deno", "bun", "node" or "native", got "${String(runtime)}"`);
     }
@@ -283,27 +300,45 @@ export class PoolCore implements Scheduler {
   }
 
   async #startOne(): Promise<void> {
+    const runtime = this.#runtime;
+    let handle: WorkerHandle | undefined;
     try {
-      const handle = await this.#launch();
+      handle = await this.#launch(runtime);
       if (handle === undefined) return;
       await handle.ready;
+      if (runtime !== this.#runtime) {
+        // A native worker of the default's that answered after another failed: the pool runs the host's now.
+        this.#retire(handle);
+        this.#fill();
+        return;
+      }
+      this.#fallback = undefined; // the default's native worker answered: the pool keeps native workers
       if (!this.#wanted) return this.#retire(handle);
       this.#failures = 0;
       this.#ready.push(handle);
       while (this.#queue.length > 0) this.#assign(this.#queue.shift()!, this.#pick()!);
     } catch (error) {
       if (this.#closed !== undefined) return; // a closing pool stops its starts
+      if (this.#fallback !== undefined || runtime !== this.#runtime) {
+        // The default's native worker did not start or say hello: the pool runs the host's runtime, starting now
+        // (no failure counted, no backoff). Further native starts that fail just make room.
+        if (this.#fallback !== undefined) this.#runtime = this.#fallback;
+        this.#fallback = undefined;
+        this.#workers = this.#workers.filter((worker) => worker !== handle);
+        this.#fill();
+        return;
+      }
       this.#failures++;
       this.#startError = error instanceof SpawnPoolError ? error : new SpawnPoolError(
         "ERR_WORKER_START",
-        `Could not start a ${this.#runtime} worker: ${error instanceof Error ? error.message : String(error)}`,
+        `Could not start a ${runtime} worker: ${error instanceof Error ? error.message : String(error)}`,
         { cause: error },
       );
     }
   }
 
   /** Launches a worker process after the backoff; undefined when the pool no longer wants it by then. */
-  async #launch(): Promise<WorkerHandle | undefined> {
+  async #launch(runtime: WorkerRuntime): Promise<WorkerHandle | undefined> {
     this.#starting++;
     try {
       if (this.#failures > 0) {
@@ -319,7 +354,7 @@ export class PoolCore implements Scheduler {
         });
       }
       if (!this.#wanted) return undefined;
-      const process = await this.#platform.host.startWorker(this.#platform.launch(this.#runtime, this.#execPath));
+      const process = await this.#platform.host.startWorker(this.#platform.launch(runtime, this.#execPath));
       const handle = new WorkerHandle(process, (closed) => this.#onWorkerClosed(closed));
       if (!this.#wanted) {
         this.#retire(handle); // the pool closed while this worker started

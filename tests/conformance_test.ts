@@ -14,6 +14,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { currentPlatform } from "../adapters/runtime.ts";
+import { PoolCommand } from "../core/command.ts";
+import { PoolCore } from "../core/pool.ts";
 import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError, type WorkerRuntime } from "../mod.ts";
 import {
   alive,
@@ -168,7 +172,7 @@ for (const runtime of WORKERS) {
     });
 
     it("stdout and stderr inherit reach the host's own stdout and stderr", async () => {
-      const [exe, ...args] = hostArgv(fixture("inherit_host.ts"));
+      const [exe, ...args] = hostArgv(fixture("inherit_host.ts"), runtime);
       const out = await pool.command(exe, { args }).output();
       assert.equal(text(out.stdout), "to-stdout\nstatus 0\n");
       assert.equal(text(out.stderr), "to-stderr\n");
@@ -785,9 +789,10 @@ for (const runtime of WORKERS) {
   });
 }
 
+// These pools run the host's own workers, as they did when that was the default (the default is tested below).
 describe(`${HOST} host, pool lifecycle`, () => {
   it("close({ drain: false }) fails running commands with ERR_POOL_CLOSED and kills them", async () => {
-    const pool = new Pool({ size: 1 });
+    const pool = new Pool({ size: 1, runtime: HOST });
     const child = pool.command("sleep", { args: ["30"] }).spawn();
     const pid = await child.spawned;
     await pool.close({ drain: false });
@@ -797,7 +802,7 @@ describe(`${HOST} host, pool lifecycle`, () => {
 
   it("close() runs the commands submitted while the workers were starting, then waits for the workers to exit", async () => {
     const before = new Set(childPids(process.pid));
-    const pool = new Pool({ size: 2 });
+    const pool = new Pool({ size: 2, runtime: HOST });
     const deno = pool.command("echo", { args: ["a"] }).output();
     const bun = pool.spawn(["echo", "b"]);
     await pool.close();
@@ -808,7 +813,7 @@ describe(`${HOST} host, pool lifecycle`, () => {
   });
 
   it("a worker that exits before its hello fails the queued command (no endless restarts)", async () => {
-    const pool = new Pool({ size: 1, execPath: "/bin/false" });
+    const pool = new Pool({ size: 1, runtime: HOST, execPath: "/bin/false" });
     try {
       await withTimeout(
         assert.rejects(
@@ -827,7 +832,7 @@ describe(`${HOST} host, pool lifecycle`, () => {
   it("ready() rejects when a worker cannot start, and the pool goes on with the others", async () => {
     process.env.FAIL_LATER_EXEC = process.execPath;
     process.env.FAIL_LATER_DIR = mkdtempSync(join(scratch, "fail-later-"));
-    const pool = new Pool({ size: 2, execPath: fixture("fail_later_starts.sh") });
+    const pool = new Pool({ size: 2, runtime: HOST, execPath: fixture("fail_later_starts.sh") });
     try {
       await withTimeout(
         assert.rejects(pool.ready(), (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_START"),
@@ -886,7 +891,7 @@ describe(`${HOST} host, pool lifecycle`, () => {
   it("await using closes the pool", async () => {
     let stats;
     {
-      await using pool = new Pool({ size: 1 });
+      await using pool = new Pool({ size: 1, runtime: HOST });
       await pool.command("true").output();
       stats = pool;
     }
@@ -894,7 +899,7 @@ describe(`${HOST} host, pool lifecycle`, () => {
   });
 
   it("a worker runtime that cannot be found fails requests with ERR_WORKER_START", async () => {
-    const pool = new Pool({ size: 1, execPath: join(scratch, "no-such-runtime") });
+    const pool = new Pool({ size: 1, runtime: HOST, execPath: join(scratch, "no-such-runtime") });
     await assert.rejects(
       pool.command("echo").output(),
       (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_START",
@@ -918,7 +923,7 @@ describe(`${HOST} host, pool lifecycle`, () => {
   });
 
   it("maxQueue rejects beyond the queue with ERR_QUEUE_FULL", async () => {
-    const pool = new Pool({ size: 1, maxQueue: 1 });
+    const pool = new Pool({ size: 1, runtime: HOST, maxQueue: 1 });
     const first = pool.command("echo", { args: ["queued"] }).output();
     await assert.rejects(
       pool.command("echo").output(),
@@ -934,6 +939,44 @@ describe(`${HOST} host, pool lifecycle`, () => {
     assert.equal(await readAll(spawn(["echo", "bun-shaped"]).stdout), "bun-shaped\n");
     const proc = spawn({ cmd: ["sh", "-c", "exit 4"] });
     assert.equal(await proc.exited, 4);
+  });
+
+  it("without runtime, a pool runs native workers where the binary is present (a checkout's native/build/)", async () => {
+    await using pool = new Pool({ size: 1 });
+    assert.equal(pool.stats().runtime, "native");
+    assert.equal(text((await pool.command("echo", { args: ["default"] }).output()).stdout), "default\n");
+    const [{ pid }] = pool.stats().workers;
+    assert.equal(
+      realpathSync(`/proc/${pid}/exe`),
+      realpathSync(fileURLToPath(new URL("../native/build/spawnpool-worker", import.meta.url).href)),
+    );
+    assert.equal(pool.stats().runtime, "native");
+  });
+
+  it("without runtime, a native worker that does not say hello leaves the pool on the host's runtime", async () => {
+    const platform = currentPlatform();
+    const pool = new PoolCore({
+      ...platform,
+      nativeAvailable: () => true,
+      // A native worker that exits before its hello.
+      launch: (runtime, execPath) => platform.launch(runtime, runtime === "native" ? "/bin/false" : execPath),
+    }, { size: 2 });
+    try {
+      assert.equal(pool.stats().runtime, "native");
+      await withTimeout(pool.ready(), 15_000, "ready() hangs");
+      assert.equal(pool.stats().runtime, HOST);
+      assert.equal(pool.stats().workers.length, 2);
+      const out = await new PoolCommand(pool, "echo", { args: ["fallback"] }).output();
+      assert.equal(text(out.stdout), "fallback\n");
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it("with execPath and no runtime, a pool runs the host's runtime from that executable", async () => {
+    await using pool = new Pool({ size: 1, execPath: process.execPath });
+    assert.equal(text((await pool.command("echo", { args: ["host"] }).output()).stdout), "host\n");
+    assert.equal(pool.stats().runtime, HOST);
   });
 
   it("a script using the default pool exits on its own", async () => {

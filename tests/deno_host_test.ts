@@ -44,9 +44,10 @@ function deno(
   );
 }
 
-const probe = (from: string, runtime = "deno") => `
+/** A host that runs echo on a pool of `runtime` workers (null: the default) and prints the pool's runtime. */
+const probe = (from: string, runtime: string | null = "deno") => `
 import { Pool } from "${from}";
-const pool = new Pool({ size: 1, runtime: "${runtime}" });
+const pool = new Pool({ size: 1${runtime === null ? "" : `, runtime: "${runtime}"`} });
 try {
   const out = await pool.command("echo", { args: ["from a deno worker"] }).output();
   console.log(new TextDecoder().decode(out.stdout).trim(), pool.stats().runtime);
@@ -92,6 +93,20 @@ describe("a Deno host", () => {
     assert.ok(served.includes("/worker/main.ts"), "the worker entry was fetched from the URL");
   });
 
+  it("imports spawnpool from a URL: the default is Deno workers (no native binary from a URL); native ones fail naming npm", async () => {
+    const host = new URL(origin).host;
+    const flags = [`--allow-import=${host}`, "--allow-run", "--allow-net", "--allow-read", "--allow-env"];
+    const env = { DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) };
+    assert.equal((await deno(flags, probe(`${origin}/mod.ts`, null), env)).out.trim(), "from a deno worker deno");
+    const { out } = await deno(flags, probe(`${origin}/mod.ts`, "native"), env);
+    assert.match(out, /^ERR ERR_WORKER_START No native worker for .*npm install.*deno add npm:spawnpool.*execPath/m);
+  });
+
+  it("from a checkout with -A, the default is native workers", async () => {
+    const { out } = await deno(["-A"], probe(join(root, "mod.ts"), null));
+    assert.equal(out.trim(), "from a deno worker native");
+  });
+
   it("imports spawnpool from a URL: Bun workers, which cannot run a worker from a URL, fail naming the npm package", async () => {
     const host = new URL(origin).host;
     const { out } = await deno(
@@ -114,6 +129,11 @@ describe("a Deno host", () => {
 
   it("with --allow-run --allow-net only, Deno workers run", async () => {
     const { out } = await deno(["--allow-run", "--allow-net"], probe(join(root, "mod.ts")));
+    assert.equal(out.trim(), "from a deno worker deno");
+  });
+
+  it("with --allow-run --allow-net only (no read), the default stays Deno workers, without a prompt", async () => {
+    const { out } = await deno(["--allow-run", "--allow-net"], probe(join(root, "mod.ts"), null));
     assert.equal(out.trim(), "from a deno worker deno");
   });
 });

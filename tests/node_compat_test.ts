@@ -37,9 +37,10 @@ import { childProcessFor } from "../node.ts";
 import { catFixtureBytes, writeCatFixture } from "../bench/_fixture.mjs";
 import { alive, fixture, HOST, hostArgv, survivors, withTimeout } from "./_helpers.ts";
 
-// SPAWNPOOL_COMPAT_WORKERS runs the drop-in's default pool on other workers than the host's (e.g. "native").
+// SPAWNPOOL_COMPAT_WORKERS runs the drop-in's default pool on other workers than the host's (e.g. "native"); without it,
+// on the host's own (said explicitly: the default is native where a native worker is built).
 const COMPAT_WORKERS = process.env.SPAWNPOOL_COMPAT_WORKERS as WorkerRuntime | undefined;
-if (COMPAT_WORKERS) configureDefaultPool({ runtime: COMPAT_WORKERS });
+configureDefaultPool({ runtime: COMPAT_WORKERS ?? HOST });
 
 type CP = Pick<typeof native, "spawn" | "execFile" | "exec">;
 const MODULES: Array<[string, CP]> = [["native", native], ["pooled", pooled]];
@@ -1009,7 +1010,7 @@ const spawned = (child: native.ChildProcess) =>
 
 describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
   it("detached commands outlive the pool; the others are killed with it", async () => {
-    const pool = new Pool({ size: 1 });
+    const pool = new Pool({ size: 1, runtime: COMPAT_WORKERS ?? HOST });
     const cp = childProcessFor(pool);
     const kept = await spawned(cp.spawn("sleep", ["30"], { detached: true, stdio: "ignore" }));
     const killed = await spawned(cp.spawn("sleep", ["30"], { stdio: "ignore" }));

@@ -2,9 +2,21 @@
 // C compiler (`cc`, or $CC) into native/build/spawnpool-worker, warnings as errors; and for tests/native_test.ts an
 // ASan+UBSan build of it, native/build/spawnpool-worker-asan, and native/build/spawnpool-worker-poll, built with
 // SPAWNPOOL_FORCE_POLL: the poll() and SIGCHLD loop other systems get. Skips what is newer than its sources.
-// `--copy-to-dist` also copies the release build to dist/native/spawnpool-worker-<platform>-<arch> (the npm build).
-import { execFileSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
+// `--copy-to-dist` also copies the release build to dist/native/spawnpool-worker-<platform>-<arch> (where a checkout's
+// dist/ finds it, for the benchmarks; the npm package leaves it out). `--packages` also cross-compiles the per-platform
+// packages into dist/npm/ (as `npm run build` does).
+import { execFile, execFileSync } from "node:child_process";
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -54,8 +66,160 @@ export function copyNativeToDist() {
   return target;
 }
 
+// The per-platform npm packages (the pattern of esbuild and biome): `@spawnpool/worker-<platform>-<arch>`, each holding
+// one binary cross-compiled with Zig's C compiler (`zig cc`, from PyPI's `ziglang`, pinned, installed into a venv under
+// .cache/zig/), listed in spawnpool's optionalDependencies at spawnpool's version. Linux builds are static (musl).
+// The macOS builds target macOS 27: worker.c calls pipe2(), which Apple's SDK has from macOS 27 only; vfork() is
+// deprecated there (it still works), so that warning is not an error for those targets.
+export const ZIG_VERSION = "0.17.1";
+const cache = join(root, ".cache", "zig");
+const venv = join(cache, "venv");
+const python = join(venv, "bin", "python");
+const crossOut = join(out, "cross");
+export const PLATFORM_TARGETS = [
+  { platform: "linux", arch: "x64", target: "x86_64-linux-musl", flags: ["-static"] },
+  { platform: "linux", arch: "arm64", target: "aarch64-linux-musl", flags: ["-static"] },
+  { platform: "darwin", arch: "x64", target: "x86_64-macos.27.0", flags: ["-Wno-deprecated-declarations"] },
+  { platform: "darwin", arch: "arm64", target: "aarch64-macos.27.0", flags: ["-Wno-deprecated-declarations"] },
+];
+/** The npm name of the package holding the native worker for `platform`-`arch`. */
+export const workerPackageName = (platform, arch) => `@spawnpool/worker-${platform}-${arch}`;
+
+/**
+ * The optionalDependencies of the published spawnpool: every platform's worker package at `version`. Only the staged
+ * package lists them (tools/stage.mjs): the checkout's package.json does not, so installing a checkout never asks the
+ * registry for packages that may not be published yet, and never installs a stranger's package of that name.
+ */
+export function workerDependencies(version) {
+  return Object.fromEntries(PLATFORM_TARGETS.map(({ platform, arch }) => [workerPackageName(platform, arch), version]));
+}
+
+const zigEnv = () => ({
+  ...process.env,
+  ZIG_GLOBAL_CACHE_DIR: join(cache, "global"),
+  ZIG_LOCAL_CACHE_DIR: join(cache, "local"),
+});
+
+/** Installs the pinned Zig from PyPI into .cache/zig/venv when it is missing; returns the command prefix for `zig`. */
+export function ensureZig({ quiet = false } = {}) {
+  let version;
+  try {
+    version = execFileSync(python, ["-m", "ziglang", "version"], { encoding: "utf8", env: zigEnv() }).trim();
+  } catch {
+    version = undefined;
+  }
+  if (version !== ZIG_VERSION) {
+    if (!quiet) console.log(`Installing Zig ${ZIG_VERSION} (PyPI: ziglang) into ${venv}...`);
+    mkdirSync(cache, { recursive: true });
+    if (!existsSync(python)) execFileSync("python3", ["-m", "venv", venv], { stdio: "inherit" });
+    execFileSync(
+      python,
+      ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", `ziglang==${ZIG_VERSION}`],
+      {
+        stdio: "inherit",
+      },
+    );
+  }
+  return [python, "-m", "ziglang"];
+}
+
+function runAsync(cmd, args, options) {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { ...options, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
+      if (error) reject(Object.assign(error, { stdout, stderr }));
+      else resolve(stdout);
+    });
+  });
+}
+
+/**
+ * Cross-compiles the release worker for every target in PLATFORM_TARGETS (in parallel; skipping what is newer than its
+ * sources) into native/build/cross/<platform>-<arch>/spawnpool-worker. Returns one entry per target: its path, or the
+ * compiler's error for a target that failed to build.
+ */
+export async function crossCompile({ quiet = false } = {}) {
+  const zig = ensureZig({ quiet });
+  return await Promise.all(PLATFORM_TARGETS.map(async (entry) => {
+    const dir = join(crossOut, `${entry.platform}-${entry.arch}`);
+    const path = join(dir, "spawnpool-worker");
+    mkdirSync(dir, { recursive: true });
+    if (upToDate(path)) return { ...entry, path };
+    const args = [
+      ...zig.slice(1),
+      "cc",
+      "-target",
+      entry.target,
+      ...common,
+      "-O2",
+      "-s",
+      ...entry.flags,
+      "-o",
+      path,
+      ...sources,
+      "-lm",
+    ];
+    if (!quiet) console.log(`zig cc -target ${entry.target} -> ${path}`);
+    try {
+      await runAsync(zig[0], args, { cwd: root, env: zigEnv() });
+      return { ...entry, path };
+    } catch (error) {
+      rmSync(path, { force: true });
+      return { ...entry, error: `${error.stderr ?? ""}${error.message}` };
+    }
+  }));
+}
+
+/**
+ * Writes the per-platform packages under dist/npm/worker-<platform>-<arch>/ (package.json with "os" and "cpu",
+ * bin/spawnpool-worker, README.md, LICENSE) at spawnpool's version, from crossCompile()'s builds. A target that failed
+ * to build is reported, and its package is not written.
+ */
+export async function buildPlatformPackages({ quiet = false } = {}) {
+  const main = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+  const built = await crossCompile({ quiet });
+  const packages = [];
+  for (const entry of built) {
+    const name = workerPackageName(entry.platform, entry.arch);
+    if (entry.error !== undefined) {
+      console.error(`Could not build ${name} (${entry.target}):\n${entry.error}`);
+      continue;
+    }
+    const dir = join(root, "dist", "npm", `worker-${entry.platform}-${entry.arch}`);
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(join(dir, "bin"), { recursive: true });
+    copyFileSync(entry.path, join(dir, "bin", "spawnpool-worker"));
+    chmodSync(join(dir, "bin", "spawnpool-worker"), 0o755);
+    copyFileSync(join(root, "LICENSE"), join(dir, "LICENSE"));
+    const os = entry.platform === "darwin" ? "macOS 27 or later" : "Linux (static, musl)";
+    writeFileSync(
+      join(dir, "README.md"),
+      `# ${name}\n\nThe native worker of [spawnpool](https://www.npmjs.com/package/spawnpool) for ${os} on ${entry.arch}, ` +
+        `built from spawnpool's native/*.c with \`zig cc -target ${entry.target}\` (Zig ${ZIG_VERSION}).\n\n` +
+        "Do not install it yourself: the published spawnpool lists it in its optionalDependencies, and npm, Bun and Deno install the " +
+        "one for your platform.\n",
+    );
+    const pkg = {
+      name,
+      version: main.version,
+      description: `The native worker of spawnpool for ${entry.platform}-${entry.arch}`,
+      license: main.license,
+      repository: main.repository,
+      os: [entry.platform],
+      cpu: [entry.arch],
+      files: ["bin/spawnpool-worker", "README.md", "LICENSE"],
+      preferUnplugged: true,
+    };
+    writeFileSync(join(dir, "package.json"), JSON.stringify(pkg, null, 2) + "\n");
+    packages.push({ name, dir, binary: join(dir, "bin", "spawnpool-worker"), ...entry });
+  }
+  return packages;
+}
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   buildNative();
   console.log(`Built ${NATIVE_WORKER}, ${NATIVE_WORKER_ASAN} and ${NATIVE_WORKER_POLL}`);
   if (process.argv.includes("--copy-to-dist")) console.log(`Copied to ${copyNativeToDist()}`);
+  if (process.argv.includes("--packages")) {
+    for (const { name, dir } of await buildPlatformPackages()) console.log(`Wrote ${name} to ${dir}`);
+  }
 }

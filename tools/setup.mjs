@@ -5,7 +5,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { buildNative, copyNativeToDist } from "./build_native.mjs";
+import { buildNative, buildPlatformPackages, copyNativeToDist } from "./build_native.mjs";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const bin = join(root, "node_modules", ".bin");
@@ -46,6 +46,15 @@ export function buildDist() {
   rmSync(join(root, "dist"), { recursive: true, force: true });
   execFileSync(join(bin, "tsc"), ["-p", "tsconfig.build.json"], { cwd: root, stdio: "inherit" });
   copyNativeToDist();
+}
+
+/**
+ * `npm run build` (and `npm pack`): dist/ as buildDist() writes it, and the per-platform packages of the native worker
+ * in dist/npm/worker-<platform>-<arch>/, cross-compiled with Zig (tools/build_native.mjs). Returns those packages.
+ */
+export async function buildPackages({ quiet = false } = {}) {
+  buildDist();
+  return await buildPlatformPackages({ quiet });
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) ensureInstalled();
