@@ -442,7 +442,8 @@ static void send_exit(struct job *job, uint8_t type, bool with_output) {
   char json[128];
   const char *name = job->sig ? signal_name(job->sig) : NULL;
   char code[16], signal_text[32], reason[16];
-  if (job->sig) snprintf(code, sizeof code, "null");
+  /* A signal without a name on the wire (a real-time one) is reported as a shell does: code 128 + its number. */
+  if (name) snprintf(code, sizeof code, "null");
   else snprintf(code, sizeof code, "%d", job->code);
   if (name) snprintf(signal_text, sizeof signal_text, "\"%s\"", name);
   else snprintf(signal_text, sizeof signal_text, "null");
@@ -851,7 +852,8 @@ static pid_t vfork_exec(const struct child_plan *plan, int *err) {
       int from = plan->stdio_fd[fd];
       if (from == -2) continue;
       if (from == -1) {
-        from = open("/dev/null", O_RDWR);
+        /* Close-on-exec: only its dup2'd copy reaches the command (fds 0-2 stay taken: it cannot be `fd`). */
+        from = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (from < 0) goto fail;
       }
       if (dup2(from, fd) < 0) goto fail;
@@ -1293,10 +1295,12 @@ static struct {
   uint32_t id;
 } dec;
 
-static void check_length(uint32_t length) {
+/* A frame's header, checked before its payload is waited for (and a buffer of up to 64 MiB allocated for it). */
+static void check_header(uint32_t length, uint8_t type) {
   if (length > MAX_PAYLOAD_BYTES) {
     protocol_error("Frame of %u bytes exceeds the %u-byte limit", length, MAX_PAYLOAD_BYTES);
   }
+  if (type < F_SPAWN || type > F_RELEASE) protocol_error("Unknown frame type %u", type);
 }
 
 static void deliver_assembled(void) {
@@ -1307,7 +1311,7 @@ static void deliver_assembled(void) {
 }
 
 static void begin_frame(uint32_t length, uint8_t type, uint32_t id) {
-  check_length(length);
+  check_header(length, type);
   if (length == 0) {
     on_frame(type, id, (const uint8_t *)"", 0, NULL);
     return;
@@ -1351,7 +1355,7 @@ static void decode(const uint8_t *chunk, size_t len) {
       dec.payload_filled = len - start;
       return;
     }
-    check_length(length);
+    check_header(length, type);
     on_frame(type, id, chunk + start, length, NULL);
     off = start + length;
   }
@@ -1653,6 +1657,10 @@ int main(void) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
   }
+#ifdef CLOSE_RANGE_CLOEXEC
+  /* Whatever else this worker inherited (fd 3 is the channel, or taken below) reaches no command. */
+  close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+#endif
   /* fds 0-2 stay taken, so no pipe of the worker's can become a command's stdio by accident. */
   for (int fd = 0; fd < 3; fd++) {
     if (fcntl(fd, F_GETFD) < 0) {

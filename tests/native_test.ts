@@ -501,6 +501,15 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
       ["id 0", spawnFrame(0, {}), /already in use/],
       ["unknown type", frame(99, 7, new Uint8Array(3)), /Unknown frame type 99/],
       [
+        "unknown type, refused before its payload comes",
+        (() => {
+          const head = frame(99, 7, new Uint8Array(0));
+          new DataView(head.buffer).setUint32(0, 60 * 1024 * 1024);
+          return head;
+        })(),
+        /Unknown frame type 99/,
+      ],
+      [
         "credit without a stream",
         new Uint8Array([
           ...spawnFrame(5, { cmd: "sleep", args: ["30"] }),
@@ -738,5 +747,27 @@ int main(int argc, char **argv) {
       worker.kill();
       if (grandchild > 0 && alive(grandchild)) process.kill(grandchild, "SIGKILL");
     }
+  });
+  it("commands get only fds 0-2: not the worker's inherited fds, nor /dev/null's on the vfork path", async () => {
+    // The wrapper leaves fd 7 open, not close-on-exec, as a careless parent could.
+    await withWorker("fds", ["sh", "-c", 'exec 7</dev/null; exec "$0"', ASAN_WORKER], async (worker) => {
+      // The shell's fds, listed by its child (a glob or a $(...) would open one in the shell).
+      const list: Partial<SpawnRequest> = { cmd: "sh", args: ["-c", "ls /proc/$$/fd"], stdin: "null" };
+      // A uid (its own) takes the vfork path, as a cwd does where posix_spawn cannot change directory.
+      worker.channel.write([spawnFrame(1, list), spawnFrame(2, { ...list, uid: process.getuid!() })]);
+      const answers = await settled(worker, [1, 2], 10_000, "fds");
+      for (const id of [1, 2]) {
+        assert.equal(exitCode(answers.get(id), `request ${id}`), 0);
+        assert.equal(text(decodeExit(answers.get(id)!.payload).stdout), "0\n1\n2\n", `request ${id}`);
+      }
+    });
+  });
+
+  it("a command ended by a real-time signal exits with 128 + its number, as in a shell", async () => {
+    await withWorker("real-time signal", undefined, async (worker) => {
+      worker.channel.write([spawnFrame(1, { cmd: "sh", args: ["-c", "kill -36 $$"] })]);
+      const answers = await settled(worker, [1], 10_000, "real-time signal");
+      assert.deepEqual(decodeExit(answers.get(1)!.payload).info, { code: 128 + 36, signal: null, reason: null });
+    });
   });
 });
