@@ -424,7 +424,8 @@ static void kill_child(struct job *job, int sig, bool group) {
 
 /*
  * SIGKILLs the group of a command that may have exited already: its zombie, not reaped before the job is done,
- * keeps the process group id from being reused, so what a grandchild holding the job's streams is still gets it.
+ * keeps the process group id from being reused, so a grandchild still holding the job's streams gets it, and
+ * nothing else does.
  */
 static void kill_group_for_good(struct job *job) {
   if (!job->reaped) kill(-job->pid, SIGKILL);
