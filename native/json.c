@@ -14,6 +14,8 @@ struct parser {
   const uint8_t *p;
   const uint8_t *end;
   struct json_doc *doc;
+  uint32_t max_nodes;
+  bool too_many;
 };
 
 static void skip_ws(struct parser *ps) {
@@ -22,8 +24,13 @@ static void skip_ws(struct parser *ps) {
 
 static uint32_t new_node(struct parser *ps, uint8_t type) {
   struct json_doc *doc = ps->doc;
+  if (doc->count >= ps->max_nodes) {
+    ps->too_many = true;
+    return UINT32_MAX;
+  }
   if (doc->count == doc->capacity) {
     uint32_t capacity = doc->capacity ? doc->capacity * 2 : 64;
+    if (capacity > ps->max_nodes) capacity = ps->max_nodes;
     struct json_node *nodes = realloc(doc->nodes, capacity * sizeof *nodes);
     if (nodes == NULL) return UINT32_MAX;
     doc->nodes = nodes;
@@ -288,7 +295,13 @@ static uint32_t parse_value(struct parser *ps, int depth) {
 }
 
 bool json_parse(struct json_doc *doc, const uint8_t *text, size_t len) {
+  bool too_many;
+  return json_parse_max(doc, text, len, UINT32_MAX - 1, &too_many);
+}
+
+bool json_parse_max(struct json_doc *doc, const uint8_t *text, size_t len, uint32_t max_nodes, bool *too_many) {
   memset(doc, 0, sizeof *doc);
+  *too_many = false;
   if (len > UINT32_MAX / 2) return false;
   /* A fatal UTF-8 decoder drops a leading byte-order mark before JSON.parse sees the text. */
   if (len >= 3 && text[0] == 0xef && text[1] == 0xbb && text[2] == 0xbf) {
@@ -297,10 +310,11 @@ bool json_parse(struct json_doc *doc, const uint8_t *text, size_t len) {
   }
   doc->arena = malloc(len + 1);
   if (doc->arena == NULL) return false;
-  struct parser ps = {text, text + len, doc};
+  struct parser ps = {text, text + len, doc, max_nodes, false};
   uint32_t root = parse_value(&ps, 0);
   skip_ws(&ps);
   if (root != 0 || ps.p != ps.end) {
+    *too_many = ps.too_many;
     json_free(doc);
     return false;
   }

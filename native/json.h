@@ -38,6 +38,11 @@ struct json_doc {
 
 /** Parses `len` bytes into `doc`; false (and `doc` freed) when they are not one valid JSON text. */
 bool json_parse(struct json_doc *doc, const uint8_t *text, size_t len);
+/**
+ * json_parse of at most `max_nodes` values (nodes: a value or member each; at least 1): past them, it stops with
+ * false and `*too_many` set, without reading the rest, so that a huge input cannot take memory in proportion.
+ */
+bool json_parse_max(struct json_doc *doc, const uint8_t *text, size_t len, uint32_t max_nodes, bool *too_many);
 /** Frees what json_parse allocated. */
 void json_free(struct json_doc *doc);
 /** The last member called `name` of object node `object` (JSON.parse keeps the last of duplicates), or NULL. */

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -287,6 +288,16 @@ static void send_frame(uint8_t type, uint32_t id, const void *payload, size_t le
   frame_end(type, id, length);
 }
 
+static void hold_buffered_output(bool hold);
+
+/*
+ * Buffered output has no window of the host's: reading it stops while more than OUT_HIGH_BYTES wait to go out on
+ * the channel, and resumes once less than OUT_LOW_BYTES do, so a host that does not read cannot grow the worker.
+ */
+#define OUT_HIGH_BYTES (4 * 1024 * 1024)
+#define OUT_LOW_BYTES (1024 * 1024)
+static bool output_held;
+
 /* Writes what is pending; waits for the socket (WANT_OUT) when it is full. A broken channel stops the worker. */
 static void flush_out(void) {
   while (out_sent < out.len) {
@@ -308,6 +319,9 @@ static void flush_out(void) {
     out_sent = 0;
   }
   watch_set(&channel, out.len > out_sent ? WANT_IN | WANT_OUT : WANT_IN);
+  size_t pending = out.len - out_sent;
+  if (!output_held && pending > OUT_HIGH_BYTES) hold_buffered_output(true);
+  else if (output_held && pending < OUT_LOW_BYTES) hold_buffered_output(false);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -328,7 +342,8 @@ struct job {
   pid_t pid;
   bool buffered, detached, piped[3];
   bool done;   /* Exit sent: the id is free, only stdin may still drain */
-  bool exited; /* the child was reaped */
+  bool exited; /* the child exited: it stays a zombie, unreaped, until the job is done */
+  bool reaped; /* its pid (and process group id) may be reused now: nothing more is signalled */
   int code, sig;
   const char *reason;
   int kill_signal;
@@ -349,7 +364,9 @@ struct job {
 static struct job *by_id[HASH_BUCKETS];
 static struct job *live; /* list head */
 static struct job *graves;
+#ifdef SYS_pidfd_open
 static bool use_pidfd;
+#endif
 static int signal_pipe[2] = {-1, -1};
 static struct watch signal_watch = {-1, W_SIGNALS, 0, 0, NULL};
 static sigset_t default_signals; /* what commands get back to default: whatever this worker ignores */
@@ -405,12 +422,29 @@ static void kill_child(struct job *job, int sig, bool group) {
   kill(group ? -job->pid : job->pid, sig); /* ESRCH: it is exiting */
 }
 
+/*
+ * SIGKILLs the group of a command that may have exited already: its zombie, not reaped before the job is done,
+ * keeps the process group id from being reused, so a grandchild still holding the job's streams gets it, and
+ * nothing else does.
+ */
+static void kill_group_for_good(struct job *job) {
+  if (!job->reaped) kill(-job->pid, SIGKILL);
+}
+
+/* Collects the zombie of a command whose exit was seen (check_exit): its pid may be reused from now on. */
+static void reap(struct job *job) {
+  if (job->reaped || !job->exited) return;
+  job->reaped = true;
+  while (waitpid(job->pid, NULL, WNOHANG) < 0 && errno == EINTR) {}
+}
+
 /* The exit payload: u32 JSON length, JSON {code, signal, reason}, u32 stdout length, stdout, stderr. */
 static void send_exit(struct job *job, uint8_t type, bool with_output) {
   char json[128];
   const char *name = job->sig ? signal_name(job->sig) : NULL;
   char code[16], signal_text[32], reason[16];
-  if (job->sig) snprintf(code, sizeof code, "null");
+  /* A signal without a name on the wire (a real-time one) is reported as a shell does: code 128 + its number. */
+  if (name) snprintf(code, sizeof code, "null");
   else snprintf(code, sizeof code, "%d", job->code);
   if (name) snprintf(signal_text, sizeof signal_text, "\"%s\"", name);
   else snprintf(signal_text, sizeof signal_text, "null");
@@ -434,6 +468,7 @@ static void finish(struct job *job) {
   if (job->done || !job->exited || job->open[1] || job->open[2]) return;
   job->done = true;
   job->timeout_at = job->force_at = job->grace_at = 0;
+  reap(job);
   unhash(job);
   send_exit(job, F_EXIT, true);
   if (job->stdin_head == NULL) bury(job);
@@ -446,7 +481,20 @@ static void finish(struct job *job) {
 static void arm_grace(struct job *job) {
   job->grace_at = 0;
   if (!job->exited || !(job->open[1] || job->open[2]) || job->paused[1] || job->paused[2]) return;
+  if (job->buffered && output_held) return; /* not read now: what waits in its pipes is not a grandchild's */
   job->grace_at = now_us() + STREAM_GRACE_US;
+}
+
+/* Stops (or resumes) reading every buffered command's output, and its grace with it (see OUT_HIGH_BYTES). */
+static void hold_buffered_output(bool hold) {
+  output_held = hold;
+  for (struct job *job = live; job != NULL; job = job->next) {
+    if (!job->buffered) continue;
+    for (int fd = 1; fd <= 2; fd++) {
+      if (job->open[fd]) watch_set(&job->w_out[fd], hold ? 0 : WANT_IN);
+    }
+    arm_grace(job);
+  }
 }
 
 /* Ends a stream: nothing more is read from it; the host hears StreamEnd when `tell`. */
@@ -532,22 +580,31 @@ static void read_output(struct job *job, int fd) {
   if (job->exited) arm_grace(job);
 }
 
-static void reap(struct job *job) {
+/*
+ * Sees whether the command exited, without reaping it (WNOWAIT): its zombie stays until the job is done (reap), so
+ * the force timer and stop() can still SIGKILL its process group while a grandchild holds the job's streams.
+ */
+static void check_exit(struct job *job) {
   if (job->exited) return;
-  int status;
-  pid_t r = waitpid(job->pid, &status, WNOHANG);
-  if (r == 0 || (r < 0 && errno == EINTR)) return;
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  int r = waitid(P_PID, (id_t)job->pid, &info, WEXITED | WNOHANG | WNOWAIT);
+  if (r < 0 && errno == EINTR) return;
+  if (r == 0 && info.si_pid == 0) return; /* still running */
   watch_close(&job->w_exit);
   job->exited = true;
-  if (r > 0 && WIFSIGNALED(status)) {
-    job->sig = WTERMSIG(status);
-    job->code = 128 + job->sig;
-  } else if (r > 0 && WIFEXITED(status)) {
-    job->code = WEXITSTATUS(status);
+  if (r < 0) {
+    job->code = -1; /* not ours any more (ECHILD): nothing sensible to report, nothing to reap or signal */
+    job->reaped = true;
+  } else if (info.si_code == CLD_EXITED) {
+    job->code = info.si_status;
   } else {
-    job->code = -1; /* not ours any more (ECHILD): nothing sensible to report */
+    job->sig = info.si_status;
+    job->code = 128 + job->sig;
   }
-  job->timeout_at = job->force_at = 0;
+  job->timeout_at = 0;
+  /* A forced SIGKILL still due reaches the group while a stream is open: a grandchild may hold it. */
+  if (!job->open[1] && !job->open[2]) job->force_at = 0;
   if (!job->buffered && (job->open[1] || job->open[2])) send_exit(job, F_EXITED, false);
   arm_grace(job);
   finish(job);
@@ -659,6 +716,50 @@ static bool mode_is(const struct json_doc *doc, const char *name, const char *mo
   return strcmp(json_str(doc, json_get(doc, &doc->nodes[0], name)), mode) == 0;
 }
 
+/*
+ * An environment being built: entries with their names' lengths, and an open-addressing table of their indices (+1,
+ * 0: empty) by name, so that merging a request's env into the inherited one takes linear time.
+ */
+struct env_builder {
+  char **entries;
+  size_t *name_lens;
+  size_t count;
+  size_t *table;
+  size_t mask;
+};
+
+static size_t name_hash(const char *name, size_t len) {
+  uint64_t h = 14695981039346656037u; /* FNV-1a */
+  for (size_t i = 0; i < len; i++) h = (h ^ (uint8_t)name[i]) * 1099511628211u;
+  return (size_t)h;
+}
+
+static void env_init(struct env_builder *env, size_t room) {
+  size_t slots = 16;
+  while (slots < 2 * room) slots *= 2;
+  env->entries = xrealloc(NULL, (room + 1) * sizeof *env->entries);
+  env->name_lens = xrealloc(NULL, (room + 1) * sizeof *env->name_lens);
+  env->table = xrealloc(NULL, slots * sizeof *env->table);
+  memset(env->table, 0, slots * sizeof *env->table);
+  env->mask = slots - 1;
+  env->count = 0;
+}
+
+/* Adds `entry` ("NAME=value", NAME `name_len` bytes), or with `replace`, replaces the entry of the same name. */
+static void env_put(struct env_builder *env, char *entry, size_t name_len, bool replace) {
+  size_t slot = name_hash(entry, name_len) & env->mask;
+  for (; env->table[slot] != 0; slot = (slot + 1) & env->mask) {
+    size_t k = env->table[slot] - 1;
+    if (env->name_lens[k] == name_len && memcmp(env->entries[k], entry, name_len) == 0) {
+      if (replace) env->entries[k] = entry; /* a later value of the same name replaces the earlier one */
+      return;
+    }
+  }
+  env->table[slot] = env->count + 1;
+  env->name_lens[env->count] = name_len;
+  env->entries[env->count++] = entry;
+}
+
 /* The value of NAME in a NULL-terminated environment, or NULL. */
 static const char *env_lookup(char *const *envp, const char *name) {
   size_t len = strlen(name);
@@ -671,9 +772,10 @@ static const char *env_lookup(char *const *envp, const char *name) {
 /*
  * The program to execute: `cmd` itself when it names a path, else the first executable `cmd` in the command's
  * own PATH (as Node and the other workers look it up), or an error: EACCES when one was found but none can be
- * executed, ENOENT otherwise.
+ * executed, ENOENT otherwise. A relative PATH entry (an empty one is ".") is relative to the command's `cwd` when
+ * it has one, as the command runs there: it is looked for there, and returned as is, for the command's exec.
  */
-static char *resolve_program(const char *cmd, char *const *envp, int *err) {
+static char *resolve_program(const char *cmd, char *const *envp, const char *cwd, int *err) {
   if (cmd[0] == '\0') {
     *err = ENOENT;
     return NULL;
@@ -682,11 +784,20 @@ static char *resolve_program(const char *cmd, char *const *envp, int *err) {
   const char *path = env_lookup(envp, "PATH");
   if (path == NULL) path = "/usr/local/bin:/usr/bin:/bin";
   size_t cmd_len = strlen(cmd);
+  size_t cwd_len = cwd != NULL ? strlen(cwd) : 0;
   *err = ENOENT;
   for (const char *p = path;; p++) {
     const char *colon = strchr(p, ':');
     size_t dir_len = colon ? (size_t)(colon - p) : strlen(p);
-    char *candidate = xrealloc(NULL, dir_len + cmd_len + 3);
+    bool relative = dir_len == 0 || p[0] != '/';
+    /* `cwd/` ahead of the candidate when it is relative: what the worker stats; the command gets the rest. */
+    size_t prefix = relative && cwd_len > 0 ? cwd_len + 1 : 0;
+    char *joined = xrealloc(NULL, prefix + dir_len + cmd_len + 3);
+    if (prefix) {
+      memcpy(joined, cwd, cwd_len);
+      joined[cwd_len] = '/';
+    }
+    char *candidate = joined + prefix;
     if (dir_len == 0) {
       memcpy(candidate, "./", 2);
       dir_len = 2;
@@ -696,11 +807,14 @@ static char *resolve_program(const char *cmd, char *const *envp, int *err) {
     }
     memcpy(candidate + dir_len, cmd, cmd_len + 1);
     struct stat st;
-    if (stat(candidate, &st) == 0 && !S_ISDIR(st.st_mode)) {
-      if (access(candidate, X_OK) == 0) return candidate;
+    if (stat(joined, &st) == 0 && !S_ISDIR(st.st_mode)) {
+      if (access(joined, X_OK) == 0) {
+        if (prefix) memmove(joined, candidate, dir_len + cmd_len + 1);
+        return joined;
+      }
       *err = EACCES;
     }
-    free(candidate);
+    free(joined);
     if (colon == NULL) break;
     p = colon;
   }
@@ -739,7 +853,8 @@ static pid_t vfork_exec(const struct child_plan *plan, int *err) {
       int from = plan->stdio_fd[fd];
       if (from == -2) continue;
       if (from == -1) {
-        from = open("/dev/null", O_RDWR);
+        /* Close-on-exec: only its dup2'd copy reaches the command (fds 0-2 stay taken: it cannot be `fd`). */
+        from = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (from < 0) goto fail;
       }
       if (dup2(from, fd) < 0) goto fail;
@@ -808,25 +923,53 @@ static pid_t posix_spawn_plan(const struct child_plan *plan, int *err) {
   return pid;
 }
 
-static void send_spawn_error(uint32_t id, const char *cmd, int err, const char *code) {
+/* The most of a program's name a SpawnError's message quotes (a name can take most of a 64 MiB frame). */
+#define MESSAGE_CMD_BYTES 4096
+
+/* `message` (NULL: "spawn <cmd> <code>") goes out as is; it must need no JSON escaping. */
+static void send_spawn_error(uint32_t id, const char *cmd, int err, const char *code, const char *message) {
   if (code == NULL) code = errno_name(err);
   struct buf b = {0};
   char head[128];
-  int n = snprintf(head, sizeof head, "{\"code\":\"%s\",\"errno\":%d,\"message\":\"spawn ", code, -err);
+  int n = snprintf(head, sizeof head, "{\"code\":\"%s\",\"errno\":%d,\"message\":\"", code, -err);
   buf_put(&b, head, (size_t)n);
-  /* The command in the message, JSON-escaped (it is valid UTF-8: it came out of the JSON parser). */
-  for (const char *c = cmd; *c; c++) {
+  if (message != NULL) {
+    buf_put(&b, message, strlen(message));
+    buf_put(&b, "\"}", 2);
+    send_frame(F_SPAWN_ERROR, id, b.data, b.len);
+    buf_free(&b);
+    return;
+  }
+  buf_put(&b, "spawn ", 6);
+  /*
+   * The command in the message, JSON-escaped (it is valid UTF-8: it came out of the JSON parser), and cut to its
+   * first MESSAGE_CMD_BYTES at a character's start: a name of control characters cannot grow past a frame.
+   */
+  size_t len = strlen(cmd);
+  if (len > MESSAGE_CMD_BYTES) {
+    len = MESSAGE_CMD_BYTES;
+    while (len > 0 && ((unsigned char)cmd[len] & 0xc0) == 0x80) len--;
+  }
+  for (const char *c = cmd; c < cmd + len; c++) {
     unsigned char ch = (unsigned char)*c;
-    if (ch == '"' || ch == '\\') {
-      buf_put(&b, "\\", 1);
-      buf_put(&b, c, 1);
-    } else if (ch < 0x20) {
-      char esc[8];
-      snprintf(esc, sizeof esc, "\\u%04x", ch);
-      buf_put(&b, esc, 6);
-    } else {
-      buf_put(&b, c, 1);
+    const char *esc = NULL;
+    char unicode[8];
+    switch (ch) {
+    case '"': esc = "\\\""; break;
+    case '\\': esc = "\\\\"; break;
+    case '\b': esc = "\\b"; break;
+    case '\t': esc = "\\t"; break;
+    case '\n': esc = "\\n"; break;
+    case '\f': esc = "\\f"; break;
+    case '\r': esc = "\\r"; break;
+    default:
+      if (ch < 0x20) {
+        snprintf(unicode, sizeof unicode, "\\u%04x", ch);
+        esc = unicode;
+      }
     }
+    if (esc != NULL) buf_put(&b, esc, strlen(esc));
+    else buf_put(&b, c, 1);
   }
   n = snprintf(head, sizeof head, " %s\"}", code);
   buf_put(&b, head, (size_t)n);
@@ -863,9 +1006,10 @@ static void start_job(struct job *job, const struct json_doc *doc) {
     while (environ[inherited] != NULL) inherited++;
   }
   char **argv = xrealloc(NULL, (argc + 2) * sizeof *argv);
-  char **envp = xrealloc(NULL, (inherited + envc + 1) * sizeof *envp);
+  struct env_builder envb;
+  env_init(&envb, inherited + envc);
   char **owned = xrealloc(NULL, (envc + 1) * sizeof *owned);
-  size_t owned_count = 0, envn = 0;
+  size_t owned_count = 0;
   int pipes[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
   struct child_plan plan = {0};
 
@@ -878,7 +1022,11 @@ static void start_job(struct job *job, const struct json_doc *doc) {
     argv[i++] = (char *)json_str(doc, a);
   }
   argv[i] = NULL;
-  for (size_t k = 0; k < inherited; k++) envp[envn++] = environ[k];
+  for (size_t k = 0; k < inherited; k++) {
+    const char *eq = strchr(environ[k], '=');
+    /* Of an inherited name set twice, the first counts (getenv's). */
+    env_put(&envb, environ[k], eq ? (size_t)(eq - environ[k]) : strlen(environ[k]), false);
+  }
   if (env) {
     for (const struct json_node *e = json_first(doc, env); e; e = json_next(doc, e)) {
       nul = nul || e->has_nul || e->key_has_nul;
@@ -889,13 +1037,11 @@ static void start_job(struct job *job, const struct json_doc *doc) {
       entry[key_len] = '=';
       memcpy(entry + key_len + 1, json_str(doc, e), e->str_len + 1);
       owned[owned_count++] = entry;
-      size_t k = 0;
-      while (k < envn && !(strncmp(envp[k], entry, key_len + 1) == 0)) k++;
-      envp[k] = entry; /* a later value of the same name replaces the earlier one */
-      if (k == envn) envn++;
+      env_put(&envb, entry, key_len, true);
     }
   }
-  envp[envn] = NULL;
+  envb.entries[envb.count] = NULL;
+  char **envp = envb.entries;
   if (nul) {
     err = EINVAL;
     goto failed;
@@ -903,7 +1049,7 @@ static void start_job(struct job *job, const struct json_doc *doc) {
   if (uid && (uid->number < 0 || uid->number > (double)UINT32_MAX - 1)) err = EINVAL;
   if (gid && (gid->number < 0 || gid->number > (double)UINT32_MAX - 1)) err = EINVAL;
   if (err) goto failed;
-  path = resolve_program(json_str(doc, cmd), envp, &err);
+  path = resolve_program(json_str(doc, cmd), envp, cwd ? json_str(doc, cwd) : NULL, &err);
   if (path == NULL) goto failed;
 
   const char *names[3] = {"stdin", "stdout", "stderr"};
@@ -959,7 +1105,9 @@ static void start_job(struct job *job, const struct json_doc *doc) {
   for (size_t k = 0; k < owned_count; k++) free(owned[k]);
   free(owned);
   free(argv);
-  free(envp);
+  free(envb.entries);
+  free(envb.name_lens);
+  free(envb.table);
   free(path);
   return;
 
@@ -970,11 +1118,13 @@ failed:
     job->piped[fd] = false;
   }
   job->pid = -1;
-  send_spawn_error(job->id, json_str(doc, cmd), err, code);
+  send_spawn_error(job->id, json_str(doc, cmd), err, code, NULL);
   for (size_t k = 0; k < owned_count; k++) free(owned[k]);
   free(owned);
   free(argv);
-  free(envp);
+  free(envb.entries);
+  free(envb.name_lens);
+  free(envb.table);
   free(path);
 }
 
@@ -991,10 +1141,32 @@ static void protocol_error(const char *format, ...) {
   stop(1);
 }
 
+/*
+ * The most values (JSON nodes) a spawn request can have and still run: each argument or variable costs an exec
+ * at least a pointer, and Linux takes at most 6 MiB of them (3/4 of _STK_LIM), whatever ARG_MAX says; a few
+ * more for the request's own fields.
+ */
+static uint32_t max_request_nodes(void) {
+  static uint32_t max;
+  if (max == 0) {
+    long arg_max = sysconf(_SC_ARG_MAX);
+    if (arg_max <= 0 || arg_max > 6L * 1024 * 1024) arg_max = 6L * 1024 * 1024;
+    max = (uint32_t)((size_t)arg_max / sizeof(char *)) + 1024;
+  }
+  return max;
+}
+
 static void on_spawn(uint32_t id, const uint8_t *payload, size_t len) {
   if (id == 0 || find_job(id) != NULL) protocol_error("Request id %u is already in use", id);
   struct json_doc doc;
-  if (!json_parse(&doc, payload, len)) protocol_error("Frame payload is not valid JSON");
+  bool too_many;
+  if (!json_parse_max(&doc, payload, len, max_request_nodes(), &too_many)) {
+    if (!too_many) protocol_error("Frame payload is not valid JSON");
+    /* It cannot run, as an exec past the system's limit (E2BIG): it fails alone, not the worker. */
+    send_spawn_error(id, NULL, E2BIG, NULL,
+                     "Argument list too long: the request has more arguments and variables than an exec can take");
+    return;
+  }
   if (doc.nodes[0].type != JSON_OBJECT) {
     json_free(&doc);
     protocol_error("Frame payload is not a JSON object");
@@ -1042,14 +1214,14 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t len) {
   live = job;
   for (int fd = 1; fd <= 2; fd++) {
     job->open[fd] = job->piped[fd];
-    if (job->piped[fd]) watch_set(&job->w_out[fd], WANT_IN);
+    if (job->piped[fd] && !(job->buffered && output_held)) watch_set(&job->w_out[fd], WANT_IN);
   }
   if (job->has_timeout) job->timeout_at = deadline_after(job->timeout_ms);
 #ifdef SYS_pidfd_open
   if (use_pidfd) {
     job->w_exit.fd = (int)syscall(SYS_pidfd_open, job->pid, 0); /* close-on-exec, always */
+    /* Without one (EMFILE), SIGCHLD, always handled, is the backstop (read_signals). */
     if (job->w_exit.fd >= 0) watch_set(&job->w_exit, WANT_IN);
-    else reap(job); /* cannot happen for our own child; if it does, SIGCHLD is not watched: try now */
   }
 #endif
 }
@@ -1124,10 +1296,12 @@ static struct {
   uint32_t id;
 } dec;
 
-static void check_length(uint32_t length) {
+/* A frame's header, checked before its payload is waited for (and a buffer of up to 64 MiB allocated for it). */
+static void check_header(uint32_t length, uint8_t type) {
   if (length > MAX_PAYLOAD_BYTES) {
     protocol_error("Frame of %u bytes exceeds the %u-byte limit", length, MAX_PAYLOAD_BYTES);
   }
+  if (type < F_SPAWN || type > F_RELEASE) protocol_error("Unknown frame type %u", type);
 }
 
 static void deliver_assembled(void) {
@@ -1138,7 +1312,7 @@ static void deliver_assembled(void) {
 }
 
 static void begin_frame(uint32_t length, uint8_t type, uint32_t id) {
-  check_length(length);
+  check_header(length, type);
   if (length == 0) {
     on_frame(type, id, (const uint8_t *)"", 0, NULL);
     return;
@@ -1182,7 +1356,7 @@ static void decode(const uint8_t *chunk, size_t len) {
       dec.payload_filled = len - start;
       return;
     }
-    check_length(length);
+    check_header(length, type);
     on_frame(type, id, chunk + start, length, NULL);
     off = start + length;
   }
@@ -1208,7 +1382,7 @@ static void stop(int code) {
   if (stopping) _exit(code);
   stopping = true;
   for (struct job *job = live; job != NULL; job = job->next) {
-    if (!job->done && !job->detached) kill_child(job, SIGKILL, true);
+    if (!job->done && !job->detached) kill_group_for_good(job);
   }
   if (channel.fd >= 0 && out.len > out_sent) (void)!write(channel.fd, out.data + out_sent, out.len - out_sent);
   exit(code);
@@ -1224,17 +1398,18 @@ static void on_signal(int sig) {
 static void read_signals(void) {
   uint8_t bytes[64];
   ssize_t n;
+  bool child = false;
   while ((n = read(signal_watch.fd, bytes, sizeof bytes)) > 0) {
     for (ssize_t i = 0; i < n; i++) {
-      if (bytes[i] == SIGCHLD) {
-        for (struct job *job = live, *next; job != NULL; job = next) {
-          next = job->next;
-          reap(job);
-        }
-      } else {
-        stop(0);
-      }
+      if (bytes[i] != SIGCHLD) stop(0);
+      child = true;
     }
+  }
+  if (!child) return;
+  /* The commands without a pidfd watched: all of them in a poll build, or those pidfd_open failed for. */
+  for (struct job *job = live, *next; job != NULL; job = next) {
+    next = job->next;
+    if (job->w_exit.fd < 0) check_exit(job);
   }
 }
 
@@ -1248,7 +1423,7 @@ static void run_timers(void) {
     }
     if (job->force_at && now >= job->force_at) {
       job->force_at = 0;
-      kill_child(job, SIGKILL, true);
+      kill_group_for_good(job);
     }
     if (job->grace_at && now >= job->grace_at) {
       job->grace_at = 0;
@@ -1291,7 +1466,7 @@ static void dispatch(struct watch *w, bool readable, bool writable) {
     read_output(w->job, w->stream);
     break;
   case W_EXIT:
-    reap(w->job);
+    check_exit(w->job);
     break;
   }
 }
@@ -1469,6 +1644,24 @@ static void install_handler(int sig) {
 }
 
 int main(void) {
+  /*
+   * What this worker inherited must not break it: an ignored SIGCHLD would have the kernel reap its commands (their
+   * exits lost), a blocked signal would never be handled. And a low soft limit on fds goes up to the hard one, as a
+   * runtime's does.
+   */
+  signal(SIGCHLD, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  struct rlimit files;
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
+#ifdef CLOSE_RANGE_CLOEXEC
+  /* Whatever else this worker inherited (fd 3 is the channel, or taken below) reaches no command. */
+  close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+#endif
   /* fds 0-2 stay taken, so no pipe of the worker's can become a command's stdio by accident. */
   for (int fd = 0; fd < 3; fd++) {
     if (fcntl(fd, F_GETFD) < 0) {
@@ -1510,7 +1703,7 @@ int main(void) {
   use_pidfd = probe >= 0;
   if (probe >= 0) close(probe);
 #endif
-  if (!use_pidfd) install_handler(SIGCHLD);
+  install_handler(SIGCHLD); /* also where pidfds work: pidfd_open can fail (EMFILE) */
 #if USE_EPOLL
   epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd < 0) return 1;

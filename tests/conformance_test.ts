@@ -384,6 +384,37 @@ for (const runtime of WORKERS) {
       assert.equal(proc.signalCode, "SIGKILL");
     });
 
+    it("the forced SIGKILL reaches the group after the command exited: a grandchild ignoring SIGTERM holding stdout dies", async () => {
+      // The shell exits on the timeout's SIGTERM; its child ignores it and keeps writing to the stdout it holds (so
+      // the quiet period that would release the stream never comes) until the group's SIGKILL.
+      const script = `(trap '' TERM; while :; do echo tick; sleep 0.05; done) & echo "pid $!"; wait`;
+      const proc = pool.spawn(["sh", "-c", script], { timeout: 100, forceKillAfterDelay: 200 });
+      const reader = proc.stdout!.getReader();
+      let seen = "";
+      while (!/pid \d+\n/.test(seen)) {
+        const { value, done } = await reader.read();
+        assert.ok(!done, `stdout ended early: ${seen}`);
+        seen += text(value!);
+      }
+      const grandchild = Number(/pid (\d+)\n/.exec(seen)![1]);
+      const drained = (async () => {
+        while (!(await reader.read()).done);
+      })();
+      try {
+        assert.equal(await withTimeout(proc.exited, 5000, "no exit"), 143);
+        const deadline = Date.now() + 1000;
+        while (alive(grandchild) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+        assert.ok(!alive(grandchild), "the grandchild outlived the forced SIGKILL");
+        await withTimeout(drained, 5000, "stdout did not end");
+      } finally {
+        try {
+          process.kill(grandchild, "SIGKILL");
+        } catch {
+          // Gone.
+        }
+      }
+    });
+
     it("a worker stopped (SIGSTOP) cannot hang a command with a timeout: ERR_TIMEOUT, the command and the worker killed, a new worker serves", async () => {
       const own = new Pool({ size: 1, runtime });
       await own.ready();

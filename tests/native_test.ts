@@ -11,8 +11,9 @@
  */
 
 import assert from "node:assert/strict";
-import { spawn as nodeSpawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn as nodeSpawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -31,10 +32,12 @@ import {
 } from "../core/frame.ts";
 import { handshake, listenForWorker } from "../adapters/_unix_handshake.ts";
 import { Pool, SpawnError, SpawnPoolError } from "../mod.ts";
-import { childPids, frame, HOST, withTimeout } from "./_helpers.ts";
+import { alive, childPids, frame, HOST, withTimeout } from "./_helpers.ts";
 
 const ASAN_WORKER = fileURLToPath(new URL("../native/build/spawnpool-worker-asan", import.meta.url).href);
 const POLL_WORKER = fileURLToPath(new URL("../native/build/spawnpool-worker-poll", import.meta.url).href);
+/** The release build, for what the sanitizers would blur: memory. */
+const RELEASE_WORKER = fileURLToPath(new URL("../native/build/spawnpool-worker", import.meta.url).href);
 /** Leaks are checked at exit (LeakSanitizer works on this machine kind); any report aborts the worker. */
 const SANITIZER_ENV = {
   ASAN_OPTIONS: "detect_leaks=1:abort_on_error=1:halt_on_error=1",
@@ -80,10 +83,11 @@ interface Worker {
   kill(): void;
 }
 
-async function startWorker(): Promise<Worker> {
+/** Starts `command` (the sanitized worker, or a wrapper that execs a worker) as a worker of this test's. */
+async function startWorker(command: string[] = [ASAN_WORKER]): Promise<Worker> {
   assert.ok(existsSync(ASAN_WORKER), `${ASAN_WORKER} exists (npm run build:native)`);
   const pending = await listenForWorker();
-  const child = nodeSpawn(ASAN_WORKER, [], {
+  const child = nodeSpawn(command[0], command.slice(1), {
     stdio: ["pipe", "ignore", "pipe"],
     env: { ...process.env, ...SANITIZER_ENV, SPAWNPOOL_CHANNEL: "unix" },
   });
@@ -131,6 +135,54 @@ async function expectExit(worker: Worker, codes: number[], what: string): Promis
   assert.doesNotMatch(worker.stderr(), SANITIZER_REPORT, `${what}: sanitizer report`);
   assert.equal(signal, null, `${what}: killed by ${signal}\n${worker.stderr()}`);
   assert.ok(codes.includes(code!), `${what}: exit code ${code}, expected ${codes}\n${worker.stderr()}`);
+}
+
+/** Runs `body` on a worker started from `command`, then closes its channel: the worker must exit 0, clean. */
+async function withWorker(what: string, command: string[] | undefined, body: (worker: Worker) => Promise<void> | void) {
+  const worker = await startWorker(command);
+  try {
+    await body(worker);
+    worker.channel.close();
+    await expectExit(worker, [0], what);
+  } finally {
+    worker.kill();
+  }
+}
+
+/** Waits until every request of `ids` got its Exit or SpawnError frame; returns those frames by id. */
+async function settled(worker: Worker, ids: number[], ms: number, what: string): Promise<Map<number, Received>> {
+  const found = new Map<number, Received>();
+  const check = () => {
+    for (const f of worker.received) {
+      if ((f.type === Frame.Exit || f.type === Frame.SpawnError) && ids.includes(f.id)) found.set(f.id, f);
+    }
+    return found.size === ids.length;
+  };
+  const previous = worker.onFrame;
+  const all = new Promise<void>((resolve) => {
+    worker.onFrame = (f) => {
+      previous(f);
+      if ((f.type === Frame.Exit || f.type === Frame.SpawnError) && check()) resolve();
+    };
+    if (check()) resolve();
+  });
+  try {
+    await withTimeout(all, ms, `${what}: not every request was answered in ${ms} ms`);
+  } finally {
+    worker.onFrame = previous;
+  }
+  return found;
+}
+
+/** The exit code of a request's Exit frame (failing on any other frame). */
+function exitCode(f: Received | undefined, what: string): number | null {
+  assert.equal(f?.type, Frame.Exit, `${what}: ${f && text(f.payload)}`);
+  return decodeExit(f!.payload).info.code;
+}
+
+/** The peak resident memory of a process, in bytes. */
+function peakMemory(pid: number): number {
+  return Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024;
 }
 
 function openFdCount(pid: number): number {
@@ -449,6 +501,15 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
       ["id 0", spawnFrame(0, {}), /already in use/],
       ["unknown type", frame(99, 7, new Uint8Array(3)), /Unknown frame type 99/],
       [
+        "unknown type, refused before its payload comes",
+        (() => {
+          const head = frame(99, 7, new Uint8Array(0));
+          new DataView(head.buffer).setUint32(0, 60 * 1024 * 1024);
+          return head;
+        })(),
+        /Unknown frame type 99/,
+      ],
+      [
         "credit without a stream",
         new Uint8Array([
           ...spawnFrame(5, { cmd: "sleep", args: ["30"] }),
@@ -480,5 +541,233 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
     assert.deepEqual([exit.info, text(exit.stdout)], [{ code: 0, signal: null, reason: null }, "after\n"]);
     worker.channel.close();
     await expectExit(worker, [0], "after EINVAL");
+  });
+  it("with too few fds for a pidfd each (EMFILE), every command is still reaped: SIGCHLD is the backstop", async () => {
+    await withWorker(
+      "60 commands at 40 fds",
+      ["sh", "-c", 'ulimit -n 40 && exec "$0"', ASAN_WORKER],
+      async (worker) => {
+        const ids = Array.from({ length: 60 }, (_, i) => i + 1);
+        const null3 = { stdin: "null", stdout: "null", stderr: "null" } as const;
+        worker.channel.write(ids.map((id) => spawnFrame(id, { cmd: "sleep", args: ["0.3"], ...null3 })));
+        const answers = await settled(worker, ids, 20_000, "60 commands at 40 fds");
+        for (const id of ids) assert.equal(exitCode(answers.get(id), `request ${id}`), 0);
+      },
+    );
+  });
+
+  it("a low soft limit on fds is raised to the hard one", async () => {
+    await withWorker("raised fd limit", ["sh", "-c", 'ulimit -S -n 40 && exec "$0"', ASAN_WORKER], (worker) => {
+      const [soft, hard] = /Max open files\s+(\d+)\s+(\d+)/.exec(readFileSync(`/proc/${worker.pid}/limits`, "utf8"))!
+        .slice(1);
+      assert.equal(soft, hard);
+    });
+  });
+
+  it("an inherited ignored SIGCHLD and blocked signals lose no exit code (epoll and poll builds)", async () => {
+    const scratch = mkdtempSync(join(tmpdir(), "spawnpool-sigchld-"));
+    try {
+      // What a careless parent can leave: SIGCHLD ignored (the kernel would reap the commands), signals blocked.
+      const wrapper = join(scratch, "ignore-sigchld");
+      writeFileSync(
+        `${wrapper}.c`,
+        `#include <signal.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  (void)argc;
+  signal(SIGCHLD, SIG_IGN);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGTERM);
+  sigprocmask(SIG_BLOCK, &set, 0);
+  execv(argv[1], argv + 1);
+  return 127;
+}
+`,
+      );
+      execFileSync(process.env.CC || "cc", ["-o", wrapper, `${wrapper}.c`]);
+      for (const path of [ASAN_WORKER, POLL_WORKER]) {
+        await withWorker(path, [wrapper, path], async (worker) => {
+          worker.channel.write([spawnFrame(1, { cmd: "sh", args: ["-c", "exit 3"] })]);
+          const answers = await settled(worker, [1], 10_000, path);
+          assert.equal(exitCode(answers.get(1), path), 3, path);
+        });
+      }
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
+  });
+
+  it("relative PATH entries (an empty one too) are looked up in the request's cwd, where the command runs", async () => {
+    const scratch = mkdtempSync(join(tmpdir(), "spawnpool-path-"));
+    try {
+      await withWorker("relative PATH", undefined, async (worker) => {
+        mkdirSync(join(scratch, "bin"));
+        writeFileSync(join(scratch, "bin", "in-bin"), "#!/bin/sh\necho in-bin\n", { mode: 0o755 });
+        writeFileSync(join(scratch, "in-cwd"), "#!/bin/sh\necho in-cwd\n", { mode: 0o755 });
+        const env = { PATH: "bin::/usr/bin:/bin" };
+        worker.channel.write([
+          spawnFrame(1, { cmd: "in-bin", cwd: scratch, env }),
+          spawnFrame(2, { cmd: "in-cwd", cwd: scratch, env }),
+        ]);
+        const answers = await settled(worker, [1, 2], 10_000, "relative PATH");
+        assert.equal(exitCode(answers.get(1), "in-bin"), 0);
+        assert.equal(text(decodeExit(answers.get(1)!.payload).stdout), "in-bin\n");
+        assert.equal(exitCode(answers.get(2), "in-cwd"), 0);
+        assert.equal(text(decodeExit(answers.get(2)!.payload).stdout), "in-cwd\n");
+      });
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
+  });
+
+  it("a SpawnError quotes a few KiB of the program's name at most, with short escapes", async () => {
+    await withWorker("long names", undefined, async (worker) => {
+      worker.channel.write([
+        spawnFrame(1, { cmd: "\u0001".repeat(1_000_000) }),
+        spawnFrame(2, { cmd: `${"\n".repeat(100)}x` }),
+      ]);
+      const answers = await settled(worker, [1, 2], 20_000, "long names");
+      const long = answers.get(1)!;
+      assert.equal(long.type, Frame.SpawnError);
+      assert.ok(long.payload.byteLength < 32 * 1024, `${long.payload.byteLength} bytes`);
+      assert.equal((decodeJson(long.payload) as { code: string }).code, "ENOENT");
+      const lines = answers.get(2)!;
+      assert.equal(lines.type, Frame.SpawnError);
+      assert.ok(lines.payload.byteLength < 300, `${lines.payload.byteLength} bytes`);
+      assert.equal((decodeJson(lines.payload) as { message: string }).message, `spawn ${"\n".repeat(100)}x ENOENT`);
+    });
+  });
+
+  it("60,000 variables in env merge into the environment in linear time", async () => {
+    const env = Object.fromEntries(Array.from({ length: 60_000 }, (_, i) => [`V${i}`, `${i}`]));
+    await withWorker("60,000 variables", undefined, async (worker) => {
+      const started = Date.now();
+      worker.channel.write([spawnFrame(1, { cmd: "sh", args: ["-c", 'echo "$V0 $V59999"'], env })]);
+      const answers = await settled(worker, [1], 30_000, "60,000 variables");
+      const elapsed = Date.now() - started;
+      assert.equal(exitCode(answers.get(1), "60,000 variables"), 0);
+      assert.equal(text(decodeExit(answers.get(1)!.payload).stdout), "0 59999\n");
+      assert.ok(elapsed < 3000, `${elapsed} ms`);
+    });
+  });
+
+  it("a request of millions of values fails alone with E2BIG, parsed in memory bounded by the exec limit", async () => {
+    await withWorker("millions of values", [RELEASE_WORKER], async (worker) => {
+      worker.channel.write([
+        spawnFrame(1, { args: new Array(3_000_000).fill("") }),
+        spawnFrame(2, { cmd: "echo", args: ["after"] }),
+      ]);
+      const answers = await settled(worker, [1, 2], 30_000, "millions of values");
+      assert.equal(answers.get(1)!.type, Frame.SpawnError);
+      assert.equal((decodeJson(answers.get(1)!.payload) as { code: string }).code, "E2BIG");
+      assert.equal(text(decodeExit(answers.get(2)!.payload).stdout), "after\n");
+      const peak = peakMemory(worker.pid);
+      assert.ok(peak < 80 * 1024 * 1024, `peak ${peak} bytes`);
+    });
+  });
+
+  it("buffered output is not read while the host does not read the channel: the worker stays small", async () => {
+    const scratch = mkdtempSync(join(tmpdir(), "spawnpool-unread-"));
+    // A host that reads nothing: the connection stays paused (pauseOnConnect) until the output is measured.
+    const server = createServer({ pauseOnConnect: true });
+    const path = join(scratch, "channel");
+    await new Promise<void>((resolve) => server.listen(path, resolve));
+    const connected = new Promise<Socket>((resolve) => server.once("connection", resolve));
+    const child = nodeSpawn(RELEASE_WORKER, [], {
+      stdio: ["pipe", "ignore", "inherit"],
+      env: { ...process.env, SPAWNPOOL_CHANNEL: "unix" },
+    });
+    try {
+      child.stdin!.end(`${JSON.stringify({ path, secret: "00" })}\n`);
+      const socket = await withTimeout(connected, 10_000, "the worker did not connect");
+      server.close();
+      const bytes = 100_000_000;
+      socket.write(spawnFrame(1, { cmd: "head", args: ["-c", `${bytes}`, "/dev/zero"], stderr: "null" }));
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      const peak = peakMemory(child.pid!);
+      // Then read: every byte arrives, and the command exits 0.
+      let received = 0;
+      const exited = new Promise<number | null>((resolve) => {
+        let secret = true;
+        const decoder = new FrameDecoder((type, _id, payload) => {
+          if (type === Frame.Stdout) received += payload.byteLength;
+          if (type === Frame.Exit) {
+            const exit = decodeExit(payload);
+            received += exit.stdout.byteLength;
+            resolve(exit.info.code);
+          }
+        });
+        socket.on("data", (chunk: Uint8Array) => {
+          if (secret) {
+            secret = false;
+            chunk = chunk.subarray(1);
+          }
+          decoder.push(chunk);
+        });
+        socket.resume();
+      });
+      assert.equal(await withTimeout(exited, 30_000, "no exit"), 0);
+      assert.equal(received, bytes);
+      assert.ok(peak < 48 * 1024 * 1024, `peak ${peak} bytes while the channel was not read`);
+      socket.end();
+    } finally {
+      child.kill("SIGKILL");
+      server.close();
+      rmSync(scratch, { recursive: true, force: true });
+    }
+  });
+  it("closing the channel kills the group of a command that exited while a grandchild holds its stdout", async () => {
+    const worker = await startWorker();
+    let grandchild = 0;
+    try {
+      creditOutput(worker);
+      // The grandchild keeps writing, so the quiet period that would release the stream never comes; it ignores
+      // SIGPIPE, so the worker's end of the pipe closing does not end it.
+      const script = `(trap '' PIPE; while :; do echo tick; sleep 0.05; done) & echo "pid $!"`;
+      const exited = new Promise<void>((resolve) => {
+        const credit = worker.onFrame;
+        worker.onFrame = (f) => {
+          credit(f);
+          if (f.type === Frame.Exited) resolve();
+        };
+      });
+      worker.channel.write([spawnFrame(1, { cmd: "sh", args: ["-c", script], buffered: false, group: true })]);
+      await withTimeout(exited, 10_000, "no Exited");
+      const output = worker.received.filter((f) => f.type === Frame.Stdout).map((f) => text(f.payload)).join("");
+      grandchild = Number(/pid (\d+)\n/.exec(output)![1]);
+      assert.ok(alive(grandchild));
+      worker.channel.close();
+      await expectExit(worker, [0], "closed with a grandchild writing");
+      const deadline = Date.now() + 1000;
+      while (alive(grandchild) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.ok(!alive(grandchild), "the grandchild outlived the worker");
+    } finally {
+      worker.kill();
+      if (grandchild > 0 && alive(grandchild)) process.kill(grandchild, "SIGKILL");
+    }
+  });
+  it("commands get only fds 0-2: not the worker's inherited fds, nor /dev/null's on the vfork path", async () => {
+    // The wrapper leaves fd 7 open, not close-on-exec, as a careless parent could.
+    await withWorker("fds", ["sh", "-c", 'exec 7</dev/null; exec "$0"', ASAN_WORKER], async (worker) => {
+      // The shell's fds, listed by its child (a glob or a $(...) would open one in the shell).
+      const list: Partial<SpawnRequest> = { cmd: "sh", args: ["-c", "ls /proc/$$/fd"], stdin: "null" };
+      // A uid (its own) takes the vfork path, as a cwd does where posix_spawn cannot change directory.
+      worker.channel.write([spawnFrame(1, list), spawnFrame(2, { ...list, uid: process.getuid!() })]);
+      const answers = await settled(worker, [1, 2], 10_000, "fds");
+      for (const id of [1, 2]) {
+        assert.equal(exitCode(answers.get(id), `request ${id}`), 0);
+        assert.equal(text(decodeExit(answers.get(id)!.payload).stdout), "0\n1\n2\n", `request ${id}`);
+      }
+    });
+  });
+
+  it("a command ended by a real-time signal exits with 128 + its number, as in a shell", async () => {
+    await withWorker("real-time signal", undefined, async (worker) => {
+      worker.channel.write([spawnFrame(1, { cmd: "sh", args: ["-c", "kill -36 $$"] })]);
+      const answers = await settled(worker, [1], 10_000, "real-time signal");
+      assert.deepEqual(decodeExit(answers.get(1)!.payload).info, { code: 128 + 36, signal: null, reason: null });
+    });
   });
 });

@@ -114,7 +114,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     if (stopping) return;
     stopping = true;
     for (const job of jobs.values()) {
-      if (job.child && !job.request.detached) killChild(job, "SIGKILL", true);
+      if (job.child && !job.request.detached) killGroupForGood(job);
     }
     adapter.killOwnGroup?.();
     adapter.exit(code);
@@ -234,11 +234,24 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
     }
   };
 
+  /**
+   * SIGKILLs a command's group, also after the command exited while a stream of its job is still open: a
+   * grandchild in the group may hold it (a process group's id is not reused while a member lives).
+   */
+  const killGroupForGood = (job: Job): void => {
+    if (job.exit && !job.open[1] && !job.open[2]) return;
+    try {
+      job.child!.kill("SIGKILL", true);
+    } catch {
+      // The group is gone.
+    }
+  };
+
   const stopFor = (job: Job, reason: StopReason, signal: string): void => {
     if (job.exit || job.reason !== null) return;
     job.reason = reason;
     killChild(job, signal, true);
-    const force = setTimeout(() => killChild(job, "SIGKILL", true), job.request.forceKillAfterDelay);
+    const force = setTimeout(() => killGroupForGood(job), job.request.forceKillAfterDelay);
     job.timers.push(force);
   };
 
