@@ -63,7 +63,8 @@ const DENO_ERROR_CLASS: Record<string, string> = {
  */
 function denoStyle(error: unknown): unknown {
   if (!(error instanceof SpawnError)) return error;
-  const name = DENO_ERROR_CLASS[error.code];
+  // Deno reports a cwd that is not a directory as NotFound, like a missing one.
+  const name = error.reason.startsWith("cwd is not a directory") ? "NotFound" : DENO_ERROR_CLASS[error.code];
   if (name === undefined) return error;
   // A Deno worker's own report is already in Deno's words.
   const message = error.reason.startsWith("Failed to spawn ")

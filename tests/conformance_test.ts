@@ -662,7 +662,7 @@ for (const runtime of WORKERS) {
       assert.throws(() => pool.command("pwd", { cwd: missing }).output(), deno("NotFound", `No such cwd '${missing}'`));
       assert.throws(
         () => pool.command("pwd", { cwd: file }).spawn(),
-        deno("NotADirectory", `cwd is not a directory '${file}'`),
+        deno("NotFound", `cwd is not a directory '${file}'`),
       );
       assert.throws(
         () => pool.spawn(["pwd"], { cwd: missing }),
