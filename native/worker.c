@@ -1102,14 +1102,7 @@ static void start_job(struct job *job, const struct json_doc *doc) {
     if (fd == 0) job->w_stdin.fd = mine;
     else job->w_out[fd].fd = mine;
   }
-  for (size_t k = 0; k < owned_count; k++) free(owned[k]);
-  free(owned);
-  free(argv);
-  free(envb.entries);
-  free(envb.name_lens);
-  free(envb.table);
-  free(path);
-  return;
+  goto done;
 
 failed:
   for (int fd = 0; fd < 3; fd++) {
@@ -1119,6 +1112,7 @@ failed:
   }
   job->pid = -1;
   send_spawn_error(job->id, json_str(doc, cmd), err, code, NULL);
+done:
   for (size_t k = 0; k < owned_count; k++) free(owned[k]);
   free(owned);
   free(argv);
