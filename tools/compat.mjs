@@ -20,11 +20,12 @@
 //
 // Getting a test/ folder: `git clone --depth 1 --branch v24.12.0 https://github.com/nodejs/node` (large), or
 // `git clone https://github.com/denoland/node_test` and pick the commit "Track Node.js 24.x".
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { runGrouped } from "./_run_grouped.mjs";
 import { bin, buildDist, root } from "./setup.mjs";
 
 const { values: opts } = parseArgs({
@@ -132,50 +133,27 @@ function flagsOf(file) {
 }
 
 /** Runs one file in one mode; resolves to { ok, ms, output }. */
-function runOne(testDir, name, mode, slot) {
+async function runOne(testDir, name, mode, slot) {
   const file = join(testDir, "parallel", name);
   const args = [...flagsOf(file)];
   if (mode === "drop-in") args.unshift("--import", join(root, "tools", "compat_redirect.mjs"));
   const started = Date.now();
   const marker = join(markers, `${mode}-${slot}`);
   rmSync(marker, { force: true });
-  return new Promise((done) => {
-    const child = spawn(node, [...args, file], {
-      cwd: join(testDir, ".."),
-      // Each parallel slot gets its own test/.tmp.<id> (test/common/tmpdir reads TEST_THREAD_ID).
-      env: {
-        ...process.env,
-        TEST_THREAD_ID: `${mode === "drop-in" ? "d" : "n"}${slot}`,
-        NODE_OPTIONS: "",
-        SPAWNPOOL_COMPAT_USED: marker,
-      },
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
-    let output = "";
-    const keep = (chunk) => (output = (output + chunk).slice(-4000));
-    child.stdout.on("data", keep);
-    child.stderr.on("data", keep);
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      try {
-        process.kill(-child.pid, "SIGKILL");
-      } catch {
-        child.kill("SIGKILL");
-      }
-    }, Number(opts.timeout) * 1000);
-    child.on("close", (code, signal) => {
-      clearTimeout(timer);
-      try {
-        process.kill(-child.pid, "SIGKILL"); // whatever the test left behind in its group
-      } catch {
-        // gone
-      }
-      const why = timedOut ? `timeout after ${opts.timeout} s` : signal ? `signal ${signal}` : `exit ${code}`;
-      done({ ok: code === 0 && !timedOut, why, ms: Date.now() - started, output, pooled: existsSync(marker) });
-    });
+  const { code, signal, output, timedOut } = await runGrouped(node, [...args, file], {
+    cwd: join(testDir, ".."),
+    // Each parallel slot gets its own test/.tmp.<id> (test/common/tmpdir reads TEST_THREAD_ID).
+    env: {
+      ...process.env,
+      TEST_THREAD_ID: `${mode === "drop-in" ? "d" : "n"}${slot}`,
+      NODE_OPTIONS: "",
+      SPAWNPOOL_COMPAT_USED: marker,
+    },
+    timeout: Number(opts.timeout),
+    keepChars: 4000,
   });
+  const why = timedOut ? `timeout after ${opts.timeout} s` : signal ? `signal ${signal}` : `exit ${code}`;
+  return { ok: code === 0 && !timedOut, why, ms: Date.now() - started, output, pooled: existsSync(marker) };
 }
 
 async function runAll(testDir, names) {

@@ -53,7 +53,7 @@
 //   .../test/js/bun/spawn/does-not-hang.js; or a clone at a tag (`git clone --depth 1 --branch v2.9.5
 //   https://github.com/denoland/deno`, `git clone --depth 1 https://github.com/oven-sh/bun`) given to
 //   --deno-git / --bun-git.
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
   copyFileSync,
@@ -67,6 +67,7 @@ import {
 } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { runGrouped } from "./_run_grouped.mjs";
 import { bin, ensureInstalled, root } from "./setup.mjs";
 
 const { values: opts } = parseArgs({
@@ -381,50 +382,11 @@ const firstLine = (s) => plain(s).split("\n").map((l) => l.trim()).find(Boolean)
 
 // --- Running ------------------------------------------------------------------------------------------------
 
-/** Runs a command in its own process group; resolves to { code, output, timedOut }. */
-function run(command, args, { cwd, timeout, env }) {
-  return new Promise((done) => {
-    const child = spawn(command, args, {
-      cwd,
-      env: { ...process.env, NO_COLOR: "1", ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
-    let output = "";
-    const keep = (chunk) => (output = (output + chunk).slice(-200_000));
-    child.stdout.on("data", keep);
-    child.stderr.on("data", keep);
-    let timedOut = false;
-    const kill = () => {
-      try {
-        process.kill(-child.pid, "SIGKILL");
-      } catch {
-        // gone
-      }
-    };
-    const timer = setTimeout(() => {
-      timedOut = true;
-      kill();
-    }, timeout * 1000);
-    // On exit, not on close: a process the tests leave behind (does-not-hang.js's unref'd `sleep 999999`)
-    // can hold the pipes open. Those in the group are killed; one outside it (spawnpool runs commands in
-    // process groups of their own) is reported, and its pipes are let go after 2 s.
-    child.on("exit", (code) => {
-      clearTimeout(timer);
-      kill();
-      const finish = () => {
-        clearTimeout(late);
-        child.stdout.destroy();
-        child.stderr.destroy();
-        done({ code, output: plain(output), timedOut });
-      };
-      const late = setTimeout(() => {
-        console.log(`  (${basename(command)}: a process left behind outside its group holds its output open)`);
-        finish();
-      }, 2000);
-      child.on("close", finish);
-    });
-  });
+/** Runs a command in its own process group; resolves to { code, output, timedOut } (tools/_run_grouped.mjs). */
+async function run(command, args, { cwd, timeout, env }) {
+  const merged = { ...process.env, NO_COLOR: "1", ...env };
+  const { code, output, timedOut } = await runGrouped(command, args, { cwd, env: merged, timeout, keepChars: 200_000 });
+  return { code, output: plain(output), timedOut };
 }
 
 /**
