@@ -154,18 +154,33 @@ export interface OutputReadableStream extends ReadableStream<Uint8Array> {
   json(): Promise<unknown>;
 }
 
-/** Gives `stream` the reading helpers of {@linkcode OutputReadableStream} (where the runtime's streams lack them). */
-function withReadHelpers(stream: ReadableStream<Uint8Array>): OutputReadableStream {
-  const helpers = {
-    bytes: async () => new Uint8Array(await new Response(stream).arrayBuffer()),
-    arrayBuffer: () => new Response(stream).arrayBuffer(),
-    text: () => new Response(stream).text(),
-    json: () => new Response(stream).json(),
-  };
-  for (const [name, helper] of Object.entries(helpers)) {
-    if (!(name in stream)) Object.defineProperty(stream, name, { value: helper, configurable: true, writable: true });
+/**
+ * The web `ReadableStream` of a command's output, with {@linkcode OutputReadableStream}'s helpers put once on its
+ * prototype where the runtime's own streams lack them (Bun's have them), so nothing is made per spawn.
+ */
+class OutputReadable extends ReadableStream<Uint8Array> {}
+const READ_HELPERS: Record<string, (this: ReadableStream<Uint8Array>) => Promise<unknown>> = {
+  async bytes() {
+    return new Uint8Array(await new Response(this).arrayBuffer());
+  },
+  arrayBuffer() {
+    return new Response(this).arrayBuffer();
+  },
+  text() {
+    return new Response(this).text();
+  },
+  json() {
+    return new Response(this).json();
+  },
+};
+for (const name of Object.keys(READ_HELPERS)) {
+  if (!(name in ReadableStream.prototype)) {
+    Object.defineProperty(OutputReadable.prototype, name, {
+      value: READ_HELPERS[name],
+      configurable: true,
+      writable: true,
+    });
   }
-  return stream as OutputReadableStream;
 }
 
 /** A stream of output from the worker as a web `ReadableStream`, crediting the worker as the consumer reads. */
@@ -178,29 +193,27 @@ class OutputStream implements OutputSink {
 
   constructor(controls: OutputControls) {
     const credits = new CreditBatch(controls);
-    this.readable = withReadHelpers(
-      new ReadableStream<Uint8Array>({
-        pull: async (controller) => {
-          while (this.#queue.length === 0 && !this.#ended && this.#error === undefined) {
-            await new Promise<void>((resolve) => (this.#waiting = resolve));
-          }
-          const chunk = this.#queue.shift();
-          if (chunk !== undefined) {
-            controller.enqueue(chunk);
-            credits.hold(chunk.byteLength);
-            if (this.#queue.length === 0) credits.flush();
-            else credits.flushIfFull();
-            return;
-          }
-          if (this.#error !== undefined) controller.error(this.#error);
-          else controller.close();
-        },
-        cancel: () => {
-          this.#queue = [];
-          if (!this.#ended && this.#error === undefined) controls.release();
-        },
-      }, { highWaterMark: 0 }),
-    );
+    this.readable = new OutputReadable({
+      pull: async (controller) => {
+        while (this.#queue.length === 0 && !this.#ended && this.#error === undefined) {
+          await new Promise<void>((resolve) => (this.#waiting = resolve));
+        }
+        const chunk = this.#queue.shift();
+        if (chunk !== undefined) {
+          controller.enqueue(chunk);
+          credits.hold(chunk.byteLength);
+          if (this.#queue.length === 0) credits.flush();
+          else credits.flushIfFull();
+          return;
+        }
+        if (this.#error !== undefined) controller.error(this.#error);
+        else controller.close();
+      },
+      cancel: () => {
+        this.#queue = [];
+        if (!this.#ended && this.#error === undefined) controls.release();
+      },
+    }, { highWaterMark: 0 }) as OutputReadableStream;
   }
 
   push(chunk: Uint8Array): void {
