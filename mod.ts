@@ -21,8 +21,8 @@
 
 export { Command, configureDefaultPool, Pool, spawn } from "./pool.ts";
 export type { CommandOptions, PoolOptions, PoolStats, SpawnOptions, SpawnOptionsWithCmd } from "./pool.ts";
-export type { CommandOutput, CommandStatus, PoolCommand, PooledChildProcess } from "./core/command.ts";
-export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./core/subprocess.ts";
+export type { CommandOutput, CommandStatus, PoolCommand, PooledChildProcess } from "./shapes/command.ts";
+export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./shapes/subprocess.ts";
 export type { RuntimeName, WorkerRuntime } from "./core/adapter.ts";
 export { SpawnError, SpawnPoolError, type SpawnPoolErrorCode } from "./core/errors.ts";
 export type { CommonOptions } from "./core/options.ts";

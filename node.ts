@@ -40,7 +40,7 @@
  * @module
  */
 
-import { type ChildProcessApi, childProcessApi } from "./node/child_process.ts";
+import { type ChildProcessApi, childProcessApi } from "./shapes/child_process/child_process.ts";
 import { defaultPool, type Pool, schedulerOf } from "./pool.ts";
 
 const api: ChildProcessApi = childProcessApi(defaultPool);
@@ -107,7 +107,7 @@ export function childProcessFor(pool: Pool): ChildProcessApi {
   return childProcessApi(() => scheduler);
 }
 
-export { AbortError, ChildProcess, type ChildProcessApi, type ExecError } from "./node/child_process.ts";
+export { AbortError, ChildProcess, type ChildProcessApi, type ExecError } from "./shapes/child_process/child_process.ts";
 import { execFileSync, execSync, fork, spawnSync } from "node:child_process";
 export { execFileSync, execSync, fork, spawnSync };
 export type { Pool } from "./pool.ts";

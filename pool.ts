@@ -6,16 +6,16 @@
  */
 
 import { currentPlatform } from "./adapters/runtime.ts";
-import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./core/command.ts";
+import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./shapes/command.ts";
 import type { Scheduler } from "./core/execution.ts";
-import { PoolCore, type PoolOptions, type PoolStats } from "./core/pool.ts";
+import { PoolCore, type PoolOptions, type PoolStats } from "./core/pool_core.ts";
 import {
   PooledSubprocess,
   type PooledSubprocess as Subprocess,
   spawnArguments,
   type SpawnOptions,
   type SpawnOptionsWithCmd,
-} from "./core/subprocess.ts";
+} from "./shapes/subprocess.ts";
 
 /**
  * A pool of long-lived worker processes that run commands for this process. Workers start on first

@@ -16,8 +16,8 @@ import process from "node:process";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { currentPlatform } from "../adapters/runtime.ts";
-import { PoolCommand } from "../core/command.ts";
-import { PoolCore } from "../core/pool.ts";
+import { PoolCommand } from "../shapes/command.ts";
+import { PoolCore } from "../core/pool_core.ts";
 import { Command, Pool, type RuntimeName, spawn, SpawnError, SpawnPoolError, type WorkerRuntime } from "../mod.ts";
 import {
   alive,

@@ -4,33 +4,11 @@
  * @module
  */
 
-import type { Adapter, RuntimeName, WorkerLaunch, WorkerRuntime } from "./adapter.ts";
+import type { Platform, RuntimeName, WorkerRuntime } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
 import type { Execution, Scheduler } from "./execution.ts";
 import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
 import { WorkerHandle } from "./worker_handle.ts";
-
-/** What the pool needs from the world outside the core; supplied by the runtime-detecting entry. */
-export interface Platform {
-  /** The adapter of the runtime the host runs in. */
-  host: Adapter;
-  /** How to launch a worker of `runtime` (its executable, arguments and environment). */
-  launch(runtime: WorkerRuntime, execPath: string | undefined): WorkerLaunch;
-  /** The host's runtime. */
-  runtime: RuntimeName;
-  /**
-   * The failure a spawn of `request` is certain to meet, found cheaply on the host (a program not on PATH, a
-   * missing cwd), or undefined when it may start or the host cannot tell.
-   */
-  preflight?(request: SpawnRequest): SpawnFailure | undefined;
-  /** Logical cores, for the default size. */
-  cores: number;
-  /**
-   * Whether a native worker for this platform is present, for a pool given no `runtime`: it then starts native
-   * workers, and falls back to the host's runtime if the first does not say hello. Checked once per process.
-   */
-  nativeAvailable?(): boolean;
-}
 
 /** Options of a pool. */
 export interface PoolOptions {

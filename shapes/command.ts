@@ -4,11 +4,11 @@
  * @module
  */
 
-import { SpawnError, SpawnPoolError } from "./errors.ts";
-import { type Completion, Execution, type OutputReadableStream, type Scheduler } from "./execution.ts";
-import type { ExitInfo, SpawnRequest, StdioMode } from "./frame.ts";
-import { buildRequest, type CommonOptions, stdioOption } from "./options.ts";
-import { signalName, signalNumber } from "./signals.ts";
+import { SpawnError, SpawnPoolError } from "../core/errors.ts";
+import { type Completion, Execution, type OutputReadableStream, type Scheduler } from "../core/execution.ts";
+import type { ExitInfo, SpawnRequest, StdioMode } from "../core/frame.ts";
+import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
+import { signalName, signalNumber } from "../core/signals.ts";
 
 /** Options of a pooled command, as `Deno.CommandOptions` plus the pool's own. */
 export interface CommandOptions extends CommonOptions {

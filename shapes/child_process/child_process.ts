@@ -15,11 +15,11 @@ import { Readable, Writable } from "node:stream";
 import { setImmediate } from "node:timers";
 import { fileURLToPath } from "node:url";
 import { format, inspect } from "node:util";
-import { SpawnError } from "../core/errors.ts";
-import { CreditBatch, Execution, type OutputControls, type OutputSink, type Scheduler } from "../core/execution.ts";
-import type { ExitInfo, StdioMode, StreamFd } from "../core/frame.ts";
-import { buildRequest, DEFAULT_FORCE_KILL_AFTER_DELAY, MAX_TIMER_MS } from "../core/options.ts";
-import { signalName } from "../core/signals.ts";
+import { SpawnError } from "../../core/errors.ts";
+import { CreditBatch, Execution, type OutputControls, type OutputSink, type Scheduler } from "../../core/execution.ts";
+import type { ExitInfo, StdioMode, StreamFd } from "../../core/frame.ts";
+import { buildRequest, DEFAULT_FORCE_KILL_AFTER_DELAY, MAX_TIMER_MS } from "../../core/options.ts";
+import { signalName } from "../../core/signals.ts";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Errors shaped like Node's

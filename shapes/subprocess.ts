@@ -4,11 +4,11 @@
  * @module
  */
 
-import { SpawnError } from "./errors.ts";
-import { Execution, type OutputReadableStream, type Scheduler, type StdinSource } from "./execution.ts";
-import type { StdioMode } from "./frame.ts";
-import { buildRequest, type CommonOptions, stdioOption } from "./options.ts";
-import { signalName, signalNumber } from "./signals.ts";
+import { SpawnError } from "../core/errors.ts";
+import { Execution, type OutputReadableStream, type Scheduler, type StdinSource } from "../core/execution.ts";
+import type { StdioMode } from "../core/frame.ts";
+import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
+import { signalName, signalNumber } from "../core/signals.ts";
 
 /** Stdio choices for stdout and stderr, as Bun names them. */
 export type BunOutput = "pipe" | "inherit" | "ignore" | null | 1 | 2;
