@@ -107,7 +107,12 @@ export function childProcessFor(pool: Pool): ChildProcessApi {
   return childProcessApi(() => scheduler);
 }
 
-export { AbortError, ChildProcess, type ChildProcessApi, type ExecError } from "./shapes/child_process/child_process.ts";
+export {
+  AbortError,
+  ChildProcess,
+  type ChildProcessApi,
+  type ExecError,
+} from "./shapes/child_process/child_process.ts";
 import { execFileSync, execSync, fork, spawnSync } from "node:child_process";
 export { execFileSync, execSync, fork, spawnSync };
 export type { Pool } from "./pool.ts";
