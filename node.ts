@@ -40,7 +40,7 @@
  * @module
  */
 
-import { type ChildProcessApi, childProcessApi } from "./shapes/child_process/child_process.ts";
+import { type ChildProcessApi, childProcessApi } from "./shapes/child_process/api.ts";
 import { defaultPool, type Pool, schedulerOf } from "./pool.ts";
 
 const api: ChildProcessApi = childProcessApi(defaultPool);
@@ -107,12 +107,9 @@ export function childProcessFor(pool: Pool): ChildProcessApi {
   return childProcessApi(() => scheduler);
 }
 
-export {
-  AbortError,
-  ChildProcess,
-  type ChildProcessApi,
-  type ExecError,
-} from "./shapes/child_process/child_process.ts";
+export { AbortError } from "./shapes/child_process/errors.ts";
+export { ChildProcess } from "./shapes/child_process/child_process.ts";
+export type { ChildProcessApi, ExecError } from "./shapes/child_process/api.ts";
 import { execFileSync, execSync, fork, spawnSync } from "node:child_process";
 export { execFileSync, execSync, fork, spawnSync };
 export type { Pool } from "./pool.ts";

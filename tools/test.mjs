@@ -38,6 +38,8 @@ const steps = [
       "shapes/command.ts",
       "shapes/subprocess.ts",
       "shapes/child_process/child_process.ts",
+      "shapes/child_process/api.ts",
+      "shapes/child_process/errors.ts",
     ],
     count: /(\d+) passed \| (\d+) failed/,
   },
