@@ -1,7 +1,8 @@
-// `npm run build:native`: compiles the native worker (native/*.c, C11, POSIX + epoll on Linux) with the system's
-// C compiler (`cc`, or $CC) into native/build/spawnpool-worker, warnings as errors; and for tests/native_test.ts an
-// ASan+UBSan build of it, native/build/spawnpool-worker-asan, and native/build/spawnpool-worker-poll, built with
-// SPAWNPOOL_FORCE_POLL: the poll() and SIGCHLD loop other systems get. Skips what is newer than its sources.
+// `npm run build:native`: compiles the native worker (every native/*.c into one program, C11, POSIX + epoll on Linux;
+// native/worker.h lists its files) with the system's C compiler (`cc`, or $CC) into native/build/spawnpool-worker,
+// warnings as errors; and for tests/native*_test.ts an ASan+UBSan build of it, native/build/spawnpool-worker-asan, and
+// native/build/spawnpool-worker-poll, built with SPAWNPOOL_FORCE_POLL: the poll() and SIGCHLD loop other systems get.
+// Skips what is newer than its sources.
 // `--copy-to-dist` also copies the release build to dist/native/spawnpool-worker-<platform>-<arch> (where a checkout's
 // dist/ finds it, for the benchmarks; the npm package leaves it out). `--packages` also cross-compiles the per-platform
 // packages into dist/npm/ (as `npm run build` does).
@@ -69,8 +70,8 @@ export function copyNativeToDist() {
 // The per-platform npm packages (the pattern of esbuild and biome): `@spawnpool/worker-<platform>-<arch>`, each holding
 // one binary cross-compiled with Zig's C compiler (`zig cc`, from PyPI's `ziglang`, pinned, installed into a venv under
 // .cache/zig/), listed in spawnpool's optionalDependencies at spawnpool's version. Linux builds are static (musl).
-// The macOS builds target macOS 27: worker.c calls pipe2(), which Apple's SDK has from macOS 27 only; vfork() is
-// deprecated there (it still works), so that warning is not an error for those targets.
+// The macOS builds target macOS 27: native/spawn.c calls pipe2(), which Apple's SDK has from macOS 27 only; vfork()
+// is deprecated there (it still works), so that warning is not an error for those targets.
 export const ZIG_VERSION = "0.17.1";
 const cache = join(root, ".cache", "zig");
 const venv = join(cache, "venv");

@@ -1,11 +1,12 @@
 // `npm start`: the main job. Runs bench/compare.ts on every runtime; the Deno and Node runs also pool on Bun
 // workers, and the Node run through the `./node` drop-in's execFile too, against the same native measurements;
 // every run also pools on the native worker (native/, built by setup).
-// Prints one table of native vs pooled spawning, and writes bench/results/latest.{json,md}.
+// Prints one table of native vs pooled spawning, and writes bench/results/latest.{json,md,svg}.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
+import { writeChart } from "../bench/chart.mjs";
 import { median, scriptArgs, writeCatFixture } from "../bench/_fixture.mjs";
 import { bin, buildDist, root } from "./setup.mjs";
 
@@ -181,6 +182,12 @@ console.log(`\n${table}\n`);
 mkdirSync(join(root, "bench", "results"), { recursive: true });
 writeFileSync(join(root, "bench", "results", "latest.json"), JSON.stringify({ machine, results, ceiling }, null, 2));
 writeFileSync(join(root, "bench", "results", "latest.md"), `${table}\n`);
+writeChart(
+  join(root, "bench", "results", "latest.svg"),
+  groups,
+  ceiling,
+  `npm start, ${new Date().toISOString().slice(0, 10)}: ${machine}; ${versions}`,
+);
 console.log(
-  `Wrote bench/results/latest.json and bench/results/latest.md (${seconds(started)} s)`,
+  `Wrote bench/results/latest.json, latest.md and latest.svg (${seconds(started)} s)`,
 );

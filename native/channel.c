@@ -1,0 +1,169 @@
+/*
+ * The channel to the host: frames out are appended to one buffer and written together once per loop turn. And the
+ * unix channel's bootstrap, which connects it.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "json.h"
+
+struct watch channel = {-1, W_CHANNEL, 0, 0, NULL};
+static struct buf out;
+static size_t out_sent;
+
+uint8_t *frame_begin(size_t max_payload) {
+  buf_reserve(&out, HEADER_BYTES + max_payload);
+  return out.data + out.len + HEADER_BYTES;
+}
+
+void frame_end(uint8_t type, uint32_t id, size_t length) {
+  uint8_t *head = out.data + out.len;
+  put_u32(head, (uint32_t)length);
+  head[4] = type;
+  put_u32(head + 5, id);
+  out.len += HEADER_BYTES + length;
+}
+
+void send_frame(uint8_t type, uint32_t id, const void *payload, size_t length) {
+  uint8_t *p = frame_begin(length);
+  if (length) memcpy(p, payload, length);
+  frame_end(type, id, length);
+}
+
+/*
+ * Buffered output has no window of the host's: reading it stops while more than OUT_HIGH_BYTES wait to go out on
+ * the channel, and resumes once less than OUT_LOW_BYTES do, so a host that does not read cannot grow the worker.
+ */
+#define OUT_HIGH_BYTES (4 * 1024 * 1024)
+#define OUT_LOW_BYTES (1024 * 1024)
+bool output_held;
+
+/* Writes what is pending; waits for the socket (WANT_OUT) when it is full. A broken channel stops the worker. */
+void flush_out(void) {
+  while (out_sent < out.len) {
+    ssize_t n = write(channel.fd, out.data + out_sent, out.len - out_sent);
+    if (n > 0) {
+      out_sent += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    stop(0); /* the host went away */
+  }
+  if (out_sent == out.len) {
+    out.len = out_sent = 0;
+    if (out.cap > 4 * MAX_CHUNK_BYTES) buf_free(&out); /* let a burst's memory go */
+  } else if (out_sent > out.len / 2) {
+    memmove(out.data, out.data + out_sent, out.len - out_sent);
+    out.len -= out_sent;
+    out_sent = 0;
+  }
+  watch_set(&channel, out.len > out_sent ? WANT_IN | WANT_OUT : WANT_IN);
+  size_t pending = out.len - out_sent;
+  if (!output_held && pending > OUT_HIGH_BYTES) hold_buffered_output(true);
+  else if (output_held && pending < OUT_LOW_BYTES) hold_buffered_output(false);
+}
+
+/* What is still pending goes out in one last write, as much of it as the socket takes: the worker is stopping. */
+void flush_out_at_exit(void) {
+  if (channel.fd >= 0 && out.len > out_sent) (void)!write(channel.fd, out.data + out_sent, out.len - out_sent);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* The unix channel's bootstrap */
+
+/* Reads the bootstrap line from stdin (one byte at a time: nothing past it is consumed), into `line`. */
+static bool read_line(char *line, size_t size) {
+  size_t len = 0;
+  while (len + 1 < size) {
+    char c;
+    ssize_t n = read(0, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    if (c == '\n') {
+      line[len] = '\0';
+      return true;
+    }
+    line[len++] = c;
+  }
+  return false;
+}
+
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+static bool write_all(int fd, const uint8_t *p, size_t len) {
+  while (len > 0) {
+    ssize_t n = write(fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= (size_t)n;
+  }
+  return true;
+}
+
+/*
+ * The unix channel (adapters/_unix_handshake.ts): the line {"path": ..., "secret": <hex>} names the socket (an
+ * abstract one when it starts with NUL, its exact length) and the secret presented before any frame.
+ */
+int connect_from_bootstrap(void) {
+  char line[4096];
+  if (!read_line(line, sizeof line)) {
+    fprintf(stderr, "spawnpool worker: no bootstrap line on stdin\n");
+    return -1;
+  }
+  struct json_doc doc;
+  if (!json_parse(&doc, (const uint8_t *)line, strlen(line)) || doc.nodes[0].type != JSON_OBJECT) {
+    fprintf(stderr, "spawnpool worker: malformed bootstrap line\n");
+    return -1;
+  }
+  const struct json_node *path = json_get(&doc, &doc.nodes[0], "path");
+  const struct json_node *secret = json_get(&doc, &doc.nodes[0], "secret");
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  uint8_t key[SECRET_BYTES * 4];
+  size_t key_len = 0;
+  bool ok = path != NULL && secret != NULL && path->type == JSON_STRING && secret->type == JSON_STRING &&
+            path->str_len > 0 && path->str_len < sizeof addr.sun_path && secret->str_len % 2 == 0 &&
+            secret->str_len > 0 && secret->str_len / 2 <= sizeof key;
+  for (size_t i = 0; ok && i < secret->str_len; i += 2) {
+    int hi = hex_digit(json_str(&doc, secret)[i]), lo = hex_digit(json_str(&doc, secret)[i + 1]);
+    ok = hi >= 0 && lo >= 0;
+    key[key_len++] = (uint8_t)(hi * 16 + lo);
+  }
+  socklen_t addr_len = 0;
+  if (ok) {
+    memcpy(addr.sun_path, json_str(&doc, path), path->str_len);
+    bool abstract = addr.sun_path[0] == '\0';
+    addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + path->str_len + (abstract ? 0 : 1));
+  }
+  json_free(&doc);
+  if (!ok) {
+    fprintf(stderr, "spawnpool worker: malformed bootstrap line\n");
+    return -1;
+  }
+#ifdef SOCK_CLOEXEC
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+#else
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd >= 0) fcntl(fd, F_SETFD, FD_CLOEXEC);
+#endif
+  if (fd < 0 || connect(fd, (struct sockaddr *)&addr, addr_len) != 0 || !write_all(fd, key, key_len)) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}

@@ -1,0 +1,165 @@
+/*
+ * Jobs, one per spawn request: the table of live ones, their commands' exits (seen, then reaped once the job is
+ * done), kills, the Exit frame, and their end.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define HASH_BUCKETS 1024
+static struct job *by_id[HASH_BUCKETS];
+struct job *live; /* list head */
+static struct job *graves;
+
+struct job *find_job(uint32_t id) {
+  for (struct job *j = by_id[id % HASH_BUCKETS]; j != NULL; j = j->hash_next) {
+    if (j->id == id) return j;
+  }
+  return NULL;
+}
+
+/* Makes a started job findable by its id, and live (for timers and stop()). */
+void track_job(struct job *job) {
+  job->hash_next = by_id[job->id % HASH_BUCKETS];
+  by_id[job->id % HASH_BUCKETS] = job;
+  job->next = live;
+  if (live) live->prev = job;
+  live = job;
+}
+
+static void unhash(struct job *job) {
+  struct job **slot = &by_id[job->id % HASH_BUCKETS];
+  while (*slot != NULL && *slot != job) slot = &(*slot)->hash_next;
+  if (*slot == job) *slot = job->hash_next;
+}
+
+static void free_stdin_ops(struct job *job) {
+  while (job->stdin_head != NULL) {
+    struct stdin_op *op = job->stdin_head;
+    job->stdin_head = op->next;
+    free(op->data);
+    free(op);
+  }
+  job->stdin_tail = NULL;
+}
+
+/* Ends a job for good; its memory goes at the end of this loop turn (events for it may still be pending). */
+void bury(struct job *job) {
+  watch_close(&job->w_stdin);
+  for (int fd = 1; fd <= 2; fd++) watch_close(&job->w_out[fd]);
+  watch_close(&job->w_exit);
+  free_stdin_ops(job);
+  if (job->prev) job->prev->next = job->next;
+  else live = job->next;
+  if (job->next) job->next->prev = job->prev;
+  job->prev = job->next = NULL;
+  job->grave_next = graves;
+  graves = job;
+}
+
+void free_graves(void) {
+  while (graves != NULL) {
+    struct job *job = graves;
+    graves = job->grave_next;
+    for (int fd = 1; fd <= 2; fd++) buf_free(&job->collected[fd]);
+    free(job);
+  }
+}
+
+void kill_child(struct job *job, int sig, bool group) {
+  if (job->exited || sig == 0) return;
+  kill(group ? -job->pid : job->pid, sig); /* ESRCH: it is exiting */
+}
+
+/*
+ * SIGKILLs the group of a command that may have exited already: its zombie, not reaped before the job is done,
+ * keeps the process group id from being reused, so a grandchild still holding the job's streams gets it, and
+ * nothing else does.
+ */
+void kill_group_for_good(struct job *job) {
+  if (!job->reaped) kill(-job->pid, SIGKILL);
+}
+
+/* Collects the zombie of a command whose exit was seen (check_exit): its pid may be reused from now on. */
+static void reap(struct job *job) {
+  if (job->reaped || !job->exited) return;
+  job->reaped = true;
+  while (waitpid(job->pid, NULL, WNOHANG) < 0 && errno == EINTR) {}
+}
+
+/* The exit payload: u32 JSON length, JSON {code, signal, reason}, u32 stdout length, stdout, stderr. */
+static void send_exit(struct job *job, uint8_t type, bool with_output) {
+  char json[128];
+  const char *name = job->sig ? signal_name(job->sig) : NULL;
+  char code[16], signal_text[32], reason[16];
+  /* A signal without a name on the wire (a real-time one) is reported as a shell does: code 128 + its number. */
+  if (name) snprintf(code, sizeof code, "null");
+  else snprintf(code, sizeof code, "%d", job->code);
+  if (name) snprintf(signal_text, sizeof signal_text, "\"%s\"", name);
+  else snprintf(signal_text, sizeof signal_text, "null");
+  if (job->reason) snprintf(reason, sizeof reason, "\"%s\"", job->reason);
+  else snprintf(reason, sizeof reason, "null");
+  int json_len = snprintf(json, sizeof json, "{\"code\":%s,\"signal\":%s,\"reason\":%s}", code, signal_text, reason);
+  size_t stdout_len = with_output ? job->collected[1].len : 0;
+  size_t stderr_len = with_output ? job->collected[2].len : 0;
+  size_t length = 8 + (size_t)json_len + stdout_len + stderr_len;
+  uint8_t *p = frame_begin(length);
+  put_u32(p, (uint32_t)json_len);
+  memcpy(p + 4, json, (size_t)json_len);
+  put_u32(p + 4 + json_len, (uint32_t)stdout_len);
+  if (stdout_len) memcpy(p + 8 + json_len, job->collected[1].data, stdout_len);
+  if (stderr_len) memcpy(p + 8 + json_len + stdout_len, job->collected[2].data, stderr_len);
+  frame_end(type, job->id, length);
+}
+
+/* Completes a request once the child exited and its streams ended: Exit, then only stdin may still drain. */
+void finish(struct job *job) {
+  if (job->done || !job->exited || job->open[1] || job->open[2]) return;
+  job->done = true;
+  job->timeout_at = job->force_at = job->grace_at = 0;
+  reap(job);
+  unhash(job);
+  send_exit(job, F_EXIT, true);
+  if (job->stdin_head == NULL) bury(job);
+}
+
+void stop_for(struct job *job, const char *reason, int sig) {
+  if (job->exited || job->reason != NULL) return;
+  job->reason = reason;
+  kill_child(job, sig, true);
+  job->force_at = deadline_after(job->force_kill_ms);
+}
+
+/*
+ * Sees whether the command exited, without reaping it (WNOWAIT): its zombie stays until the job is done (reap), so
+ * the force timer and stop() can still SIGKILL its process group while a grandchild holds the job's streams.
+ */
+void check_exit(struct job *job) {
+  if (job->exited) return;
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  int r = waitid(P_PID, (id_t)job->pid, &info, WEXITED | WNOHANG | WNOWAIT);
+  if (r < 0 && errno == EINTR) return;
+  if (r == 0 && info.si_pid == 0) return; /* still running */
+  watch_close(&job->w_exit);
+  job->exited = true;
+  if (r < 0) {
+    job->code = -1; /* not ours any more (ECHILD): nothing sensible to report, nothing to reap or signal */
+    job->reaped = true;
+  } else if (info.si_code == CLD_EXITED) {
+    job->code = info.si_status;
+  } else {
+    job->sig = info.si_status;
+    job->code = 128 + job->sig;
+  }
+  job->timeout_at = 0;
+  /* A forced SIGKILL still due reaches the group while a stream is open: a grandchild may hold it. */
+  if (!job->open[1] && !job->open[2]) job->force_at = 0;
+  if (!job->buffered && (job->open[1] || job->open[2])) send_exit(job, F_EXITED, false);
+  arm_grace(job);
+  finish(job);
+}

@@ -1,0 +1,323 @@
+/* Spawning: a validated request's command started with posix_spawn, or vfork where posix_spawn cannot express it. */
+#include "worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "json.h"
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 29))
+#define HAVE_ADDCHDIR 1
+#else
+#define HAVE_ADDCHDIR 0
+#endif
+
+extern char **environ;
+
+static bool mode_is(const struct json_doc *doc, const char *name, const char *mode) {
+  return strcmp(json_str(doc, json_get(doc, &doc->nodes[0], name)), mode) == 0;
+}
+
+struct child_plan {
+  const char *path;
+  char **argv;
+  char **envp;
+  const char *cwd;
+  int stdio_fd[3];    /* dup2'd to 0, 1, 2; -1: open /dev/null; -2: inherit */
+  bool detached;
+  bool set_uid, set_gid;
+  uid_t uid;
+  gid_t gid;
+};
+
+/*
+ * vfork + execve, for what posix_spawn cannot express here (uid, gid; a cwd without addchdir_np). The child
+ * shares the worker's memory until it execs, so it only makes system calls and records a failure in `*failed`.
+ */
+static pid_t vfork_exec(const struct child_plan *plan, int *err) {
+  volatile int failed = 0;
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &old); /* no handler of the worker's may run in the child */
+  pid_t pid = vfork();
+  if (pid == 0) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++) sigaction(sig, &dfl, NULL);
+    if (plan->detached ? setsid() < 0 : setpgid(0, 0) < 0) goto fail;
+    for (int fd = 0; fd < 3; fd++) {
+      int from = plan->stdio_fd[fd];
+      if (from == -2) continue;
+      if (from == -1) {
+        /* Close-on-exec: only its dup2'd copy reaches the command (fds 0-2 stay taken: it cannot be `fd`). */
+        from = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (from < 0) goto fail;
+      }
+      if (dup2(from, fd) < 0) goto fail;
+    }
+    if (plan->cwd != NULL && chdir(plan->cwd) < 0) goto fail;
+    if (plan->set_gid || plan->set_uid) (void)setgroups(0, NULL);
+    if (plan->set_gid && setgid(plan->gid) < 0) goto fail;
+    if (plan->set_uid && setuid(plan->uid) < 0) goto fail;
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(plan->path, plan->argv, plan->envp);
+  fail:
+    failed = errno ? errno : EINVAL;
+    _exit(127);
+  }
+  int saved = errno;
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  if (pid < 0) {
+    *err = saved;
+    return -1;
+  }
+  if (failed) {
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    *err = failed;
+    return -1;
+  }
+  return pid;
+}
+
+static pid_t posix_spawn_plan(const struct child_plan *plan, int *err) {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (plan->detached) {
+#ifdef POSIX_SPAWN_SETSID
+    flags |= POSIX_SPAWN_SETSID;
+#endif
+  } else {
+    flags |= POSIX_SPAWN_SETPGROUP;
+    posix_spawnattr_setpgroup(&attr, 0);
+  }
+  posix_spawnattr_setflags(&attr, flags);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &default_signals);
+  for (int fd = 0; fd < 3; fd++) {
+    if (plan->stdio_fd[fd] == -1) posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", O_RDWR, 0);
+    else if (plan->stdio_fd[fd] >= 0) posix_spawn_file_actions_adddup2(&actions, plan->stdio_fd[fd], fd);
+  }
+#if HAVE_ADDCHDIR
+  if (plan->cwd != NULL) posix_spawn_file_actions_addchdir_np(&actions, plan->cwd);
+#endif
+  pid_t pid;
+  int r = posix_spawn(&pid, plan->path, &actions, &attr, plan->argv, plan->envp);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (r != 0) {
+    *err = r;
+    return -1;
+  }
+  return pid;
+}
+
+/* The most of a program's name a SpawnError's message quotes (a name can take most of a 64 MiB frame). */
+#define MESSAGE_CMD_BYTES 4096
+
+/* `message` (NULL: "spawn <cmd> <code>") goes out as is; it must need no JSON escaping. */
+void send_spawn_error(uint32_t id, const char *cmd, int err, const char *code, const char *message) {
+  if (code == NULL) code = errno_name(err);
+  struct buf b = {0};
+  char head[128];
+  int n = snprintf(head, sizeof head, "{\"code\":\"%s\",\"errno\":%d,\"message\":\"", code, -err);
+  buf_put(&b, head, (size_t)n);
+  if (message != NULL) {
+    buf_put(&b, message, strlen(message));
+    buf_put(&b, "\"}", 2);
+    send_frame(F_SPAWN_ERROR, id, b.data, b.len);
+    buf_free(&b);
+    return;
+  }
+  buf_put(&b, "spawn ", 6);
+  /*
+   * The command in the message, JSON-escaped (it is valid UTF-8: it came out of the JSON parser), and cut to its
+   * first MESSAGE_CMD_BYTES at a character's start: a name of control characters cannot grow past a frame.
+   */
+  size_t len = strlen(cmd);
+  if (len > MESSAGE_CMD_BYTES) {
+    len = MESSAGE_CMD_BYTES;
+    while (len > 0 && ((unsigned char)cmd[len] & 0xc0) == 0x80) len--;
+  }
+  for (const char *c = cmd; c < cmd + len; c++) {
+    unsigned char ch = (unsigned char)*c;
+    const char *esc = NULL;
+    char unicode[8];
+    switch (ch) {
+    case '"': esc = "\\\""; break;
+    case '\\': esc = "\\\\"; break;
+    case '\b': esc = "\\b"; break;
+    case '\t': esc = "\\t"; break;
+    case '\n': esc = "\\n"; break;
+    case '\f': esc = "\\f"; break;
+    case '\r': esc = "\\r"; break;
+    default:
+      if (ch < 0x20) {
+        snprintf(unicode, sizeof unicode, "\\u%04x", ch);
+        esc = unicode;
+      }
+    }
+    if (esc != NULL) buf_put(&b, esc, strlen(esc));
+    else buf_put(&b, c, 1);
+  }
+  n = snprintf(head, sizeof head, " %s\"}", code);
+  buf_put(&b, head, (size_t)n);
+  send_frame(F_SPAWN_ERROR, id, b.data, b.len);
+  buf_free(&b);
+}
+
+/* Starts a validated request's command; on failure the host hears SpawnError and the job is freed. */
+void start_job(struct job *job, const struct json_doc *doc) {
+  const struct json_node *root = &doc->nodes[0];
+  const struct json_node *cmd = json_get(doc, root, "cmd");
+  const struct json_node *args = json_get(doc, root, "args");
+  const struct json_node *cwd = json_get(doc, root, "cwd");
+  const struct json_node *env = json_get(doc, root, "env");
+  const struct json_node *argv0 = json_get(doc, root, "argv0");
+  const struct json_node *clear = json_get(doc, root, "clearEnv");
+  const struct json_node *uid = json_get(doc, root, "uid");
+  const struct json_node *gid = json_get(doc, root, "gid");
+  int err = 0;
+  const char *code = NULL;
+  char *path = NULL;
+  size_t argc = 0, envc = 0;
+  for (const struct json_node *a = json_first(doc, args); a; a = json_next(doc, a)) argc++;
+  if (env) {
+    for (const struct json_node *e = json_first(doc, env); e; e = json_next(doc, e)) envc++;
+  }
+  bool cleared = clear != NULL && json_truthy(clear);
+  size_t inherited = 0;
+  if (!cleared) {
+    while (environ[inherited] != NULL) inherited++;
+  }
+  char **argv = xrealloc(NULL, (argc + 2) * sizeof *argv);
+  struct env_builder envb;
+  env_init(&envb, inherited + envc);
+  char **owned = xrealloc(NULL, (envc + 1) * sizeof *owned);
+  size_t owned_count = 0;
+  int pipes[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+  struct child_plan plan = {0};
+
+  /* Strings with a NUL inside cannot reach execve: the command fails as Node's spawn does (EINVAL). */
+  bool nul = cmd->has_nul || (cwd && cwd->has_nul) || (argv0 && argv0->has_nul);
+  size_t i = 0;
+  argv[i++] = (char *)json_str(doc, argv0 ? argv0 : cmd);
+  for (const struct json_node *a = json_first(doc, args); a; a = json_next(doc, a)) {
+    nul = nul || a->has_nul;
+    argv[i++] = (char *)json_str(doc, a);
+  }
+  argv[i] = NULL;
+  for (size_t k = 0; k < inherited; k++) {
+    const char *eq = strchr(environ[k], '=');
+    /* Of an inherited name set twice, the first counts (getenv's). */
+    env_put(&envb, environ[k], eq ? (size_t)(eq - environ[k]) : strlen(environ[k]), false);
+  }
+  if (env) {
+    for (const struct json_node *e = json_first(doc, env); e; e = json_next(doc, e)) {
+      nul = nul || e->has_nul || e->key_has_nul;
+      const char *key = json_key(doc, e);
+      size_t key_len = e->key_len;
+      char *entry = xrealloc(NULL, key_len + e->str_len + 2);
+      memcpy(entry, key, key_len);
+      entry[key_len] = '=';
+      memcpy(entry + key_len + 1, json_str(doc, e), e->str_len + 1);
+      owned[owned_count++] = entry;
+      env_put(&envb, entry, key_len, true);
+    }
+  }
+  envb.entries[envb.count] = NULL;
+  char **envp = envb.entries;
+  if (nul) {
+    err = EINVAL;
+    goto failed;
+  }
+  if (uid && (uid->number < 0 || uid->number > (double)UINT32_MAX - 1)) err = EINVAL;
+  if (gid && (gid->number < 0 || gid->number > (double)UINT32_MAX - 1)) err = EINVAL;
+  if (err) goto failed;
+  path = resolve_program(json_str(doc, cmd), envp, cwd ? json_str(doc, cwd) : NULL, &err);
+  if (path == NULL) goto failed;
+
+  const char *names[3] = {"stdin", "stdout", "stderr"};
+  for (int fd = 0; fd < 3; fd++) {
+    if (mode_is(doc, names[fd], "piped")) {
+      if (pipe2(pipes[fd], O_CLOEXEC) != 0) {
+        err = errno;
+        goto failed;
+      }
+      job->piped[fd] = true;
+      plan.stdio_fd[fd] = pipes[fd][fd == 0 ? 0 : 1];
+    } else if (fd > 0 && mode_is(doc, names[fd], "inherit")) {
+      plan.stdio_fd[fd] = -2;
+    } else {
+      plan.stdio_fd[fd] = -1; /* "null", and stdin "inherit": a worker has no terminal to share */
+    }
+  }
+  plan.path = path;
+  plan.argv = argv;
+  plan.envp = envp;
+  plan.cwd = cwd ? json_str(doc, cwd) : NULL;
+  plan.detached = job->detached;
+  plan.set_uid = uid != NULL;
+  plan.set_gid = gid != NULL;
+  plan.uid = uid ? (uid_t)uid->number : 0;
+  plan.gid = gid ? (gid_t)gid->number : 0;
+  bool needs_vfork = plan.set_uid || plan.set_gid || (!HAVE_ADDCHDIR && plan.cwd != NULL);
+#ifndef POSIX_SPAWN_SETSID
+  needs_vfork = needs_vfork || plan.detached;
+#endif
+  job->pid = needs_vfork ? vfork_exec(&plan, &err) : posix_spawn_plan(&plan, &err);
+  if (job->pid < 0 && err == ENOEXEC) {
+    /* A script without "#!": the shell runs it, as execvp (and so Node) does. */
+    char **script = xrealloc(NULL, (argc + 3) * sizeof *script);
+    script[0] = "/bin/sh";
+    script[1] = path;
+    memcpy(script + 2, argv + 1, (argc + 1) * sizeof *argv);
+    plan.path = "/bin/sh";
+    plan.argv = script;
+    job->pid = needs_vfork ? vfork_exec(&plan, &err) : posix_spawn_plan(&plan, &err);
+    free(script);
+  }
+  if (job->pid < 0) goto failed;
+
+  for (int fd = 0; fd < 3; fd++) {
+    if (!job->piped[fd]) continue;
+    close(pipes[fd][fd == 0 ? 0 : 1]);
+    int mine = pipes[fd][fd == 0 ? 1 : 0];
+    set_nonblocking(mine);
+    if (fd == 0) job->w_stdin.fd = mine;
+    else job->w_out[fd].fd = mine;
+  }
+  goto done;
+
+failed:
+  for (int fd = 0; fd < 3; fd++) {
+    if (pipes[fd][0] >= 0) close(pipes[fd][0]);
+    if (pipes[fd][1] >= 0) close(pipes[fd][1]);
+    job->piped[fd] = false;
+  }
+  job->pid = -1;
+  send_spawn_error(job->id, json_str(doc, cmd), err, code, NULL);
+done:
+  for (size_t k = 0; k < owned_count; k++) free(owned[k]);
+  free(owned);
+  free(argv);
+  free(envb.entries);
+  free(envb.name_lens);
+  free(envb.table);
+  free(path);
+}

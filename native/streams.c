@@ -1,0 +1,152 @@
+/*
+ * A job's streams: output read as the host's window (credit) allows, or collected for a buffered command; the grace
+ * that releases streams a grandchild keeps open; and stdin, written in order as the child takes it.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/*
+ * Arms the quiet period that releases streams a grandchild keeps open after the exit: once the child exited,
+ * while a stream is still open and none is paused.
+ */
+void arm_grace(struct job *job) {
+  job->grace_at = 0;
+  if (!job->exited || !(job->open[1] || job->open[2]) || job->paused[1] || job->paused[2]) return;
+  if (job->buffered && output_held) return; /* not read now: what waits in its pipes is not a grandchild's */
+  job->grace_at = now_us() + STREAM_GRACE_US;
+}
+
+/* Stops (or resumes) reading every buffered command's output, and its grace with it (see OUT_HIGH_BYTES). */
+void hold_buffered_output(bool hold) {
+  output_held = hold;
+  for (struct job *job = live; job != NULL; job = job->next) {
+    if (!job->buffered) continue;
+    for (int fd = 1; fd <= 2; fd++) {
+      if (job->open[fd]) watch_set(&job->w_out[fd], hold ? 0 : WANT_IN);
+    }
+    arm_grace(job);
+  }
+}
+
+/* Ends a stream: nothing more is read from it; the host hears StreamEnd when `tell`. */
+void close_stream(struct job *job, int fd, bool tell) {
+  bool was_paused = job->paused[fd];
+  job->open[fd] = false;
+  job->paused[fd] = false;
+  watch_close(&job->w_out[fd]);
+  if (was_paused) arm_grace(job);
+  if (tell) send_frame(F_STREAM_END, job->id, &(uint8_t){(uint8_t)fd}, 1);
+  finish(job);
+}
+
+static void flush_collected(struct job *job) {
+  for (int fd = 1; fd <= 2; fd++) {
+    if (job->collected[fd].len > 0) {
+      send_frame(fd == 1 ? F_STDOUT : F_STDERR, job->id, job->collected[fd].data, job->collected[fd].len);
+    }
+    job->collected[fd].len = 0;
+  }
+  job->collected_bytes = 0;
+}
+
+/* Buffered output, kept in pieces of at most MAX_CHUNK_BYTES, sent ahead before they would pass it. */
+static void collect(struct job *job, int fd, const uint8_t *data, size_t len) {
+  job->total_bytes += (double)len;
+  if (job->has_max_buffer && job->total_bytes > job->max_buffer) {
+    stop_for(job, "maxBuffer", SIGKILL);
+    return;
+  }
+  if (job->collected_bytes + len > MAX_CHUNK_BYTES) flush_collected(job);
+  buf_put(&job->collected[fd], data, len);
+  job->collected_bytes += len;
+}
+
+/*
+ * Streamed reading pauses while the host's window is full (less than a byte of it left: a window may be fractional),
+ * and resumes (arming the grace) once it is not.
+ */
+void update_pause(struct job *job, int fd) {
+  bool full = job->window - job->unacked[fd] < 1;
+  if (full == job->paused[fd]) return;
+  job->paused[fd] = full;
+  watch_set(&job->w_out[fd], full ? 0 : WANT_IN);
+  if (!full) arm_grace(job);
+}
+
+void read_output(struct job *job, int fd) {
+  static uint8_t scratch[OUTPUT_READ_BYTES];
+  struct watch *w = &job->w_out[fd];
+  if (!job->open[fd] || w->fd < 0) return;
+  ssize_t n;
+  if (job->buffered) {
+    n = read(w->fd, scratch, sizeof scratch);
+    if (n > 0) collect(job, fd, scratch, (size_t)n);
+  } else {
+    double room = job->window - job->unacked[fd];
+    size_t max = room >= MAX_CHUNK_BYTES ? MAX_CHUNK_BYTES : (size_t)room;
+    if (max == 0) {
+      update_pause(job, fd);
+      return;
+    }
+    uint8_t *p = frame_begin(max);
+    n = read(w->fd, p, max);
+    if (n > 0) {
+      frame_end(fd == 1 ? F_STDOUT : F_STDERR, job->id, (size_t)n);
+      job->unacked[fd] += (double)n;
+      update_pause(job, fd);
+    }
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) {
+    close_stream(job, fd, !job->buffered);
+    return;
+  }
+  if (job->exited) arm_grace(job);
+}
+
+static void ack_stdin(struct job *job, uint8_t status) {
+  if (!job->done) send_frame(F_STDIN_ACK, job->id, &status, 1);
+}
+
+/* Writes queued stdin in order: StdinAck 0 for each write done, 1 once the child has closed its stdin. */
+void drain_stdin(struct job *job) {
+  struct watch *w = &job->w_stdin;
+  while (job->stdin_head != NULL) {
+    struct stdin_op *op = job->stdin_head;
+    if (op->data != NULL && w->fd >= 0 && op->off < op->len) {
+      ssize_t n = write(w->fd, op->data + op->off, op->len - op->off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        watch_set(w, WANT_OUT);
+        return;
+      }
+      if (n < 0) watch_close(w); /* EPIPE: the child closed its stdin */
+      else op->off += (size_t)n;
+      if (n >= 0 && op->off < op->len) continue;
+    }
+    if (op->data == NULL) watch_close(w);
+    else ack_stdin(job, w->fd >= 0 ? 0 : 1);
+    job->stdin_head = op->next;
+    if (job->stdin_head == NULL) job->stdin_tail = NULL;
+    free(op->data);
+    free(op);
+  }
+  watch_set(w, 0);
+  if (job->done) bury(job);
+}
+
+void queue_stdin(struct job *job, uint8_t *data, size_t len) {
+  struct stdin_op *op = xrealloc(NULL, sizeof *op);
+  op->next = NULL;
+  op->data = data;
+  op->len = len;
+  op->off = 0;
+  if (job->stdin_tail) job->stdin_tail->next = op;
+  else job->stdin_head = op;
+  job->stdin_tail = op;
+  if (op == job->stdin_head) drain_stdin(job);
+}

@@ -1,0 +1,225 @@
+/*
+ * What the native worker's files share: the protocol's constants, the types of a job and of the fds the loop waits
+ * on, and one declaration for each function or variable used in more than one file. Every file includes it first (it
+ * defines _GNU_SOURCE ahead of any system header).
+ *
+ *   main.c         startup: what the worker inherited, the channel, the hello, the loop
+ *   event_loop.c   watches (epoll or poll), timers, dispatch, stop()
+ *   signals.c      signal handlers, the signal pipe, SIGCHLD
+ *   channel.c      frames to the host, and the unix channel's bootstrap
+ *   host_frames.c  frames from the host: the decoder, request validation, each frame's handling
+ *   jobs.c         the job table, exits, kills, the Exit frame
+ *   streams.c      output pumping, credit, grace, the stdin queue
+ *   spawn.c        posix_spawn, vfork, SpawnError
+ *   spawn_env.c    a command's environment and its program's path
+ *   wire_names.c   signal and errno names
+ *   buffer.c       xrealloc and the growable byte buffer
+ *   json.c         the JSON parser
+ */
+#ifndef SPAWNPOOL_WORKER_H
+#define SPAWNPOOL_WORKER_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* SPAWNPOOL_FORCE_POLL builds, on Linux, what other systems run: poll() and SIGCHLD instead of epoll and pidfd. */
+#if defined(__linux__) && !defined(SPAWNPOOL_FORCE_POLL)
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#define USE_EPOLL 1
+#else
+#include <poll.h>
+#define USE_EPOLL 0
+#endif
+
+/* The protocol (core/frame.ts). */
+#define PROTOCOL_VERSION 3
+#define HEADER_BYTES 9
+#define MAX_PAYLOAD_BYTES (64u * 1024u * 1024u)
+#define SECRET_BYTES 32
+
+enum frame_type {
+  F_SPAWN = 1,
+  F_STDIN = 2,
+  F_STDIN_END = 3,
+  F_KILL = 4,
+  F_CREDIT = 5,
+  F_RELEASE = 6,
+  F_HELLO = 16,
+  F_SPAWNED = 17,
+  F_SPAWN_ERROR = 18,
+  F_STDOUT = 19,
+  F_STDERR = 20,
+  F_STREAM_END = 21,
+  F_STDIN_ACK = 22,
+  F_EXIT = 23,
+  F_EXITED = 24,
+};
+
+/* As worker/serve.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's streams. */
+#define MAX_CHUNK_BYTES (1024 * 1024)
+#define STREAM_GRACE_US (200 * 1000)
+/* The channel's read buffer (core/adapter.ts LENDING_READ_BYTES) and one read of a buffered command's output. */
+#define CHANNEL_READ_BYTES (256 * 1024)
+#define OUTPUT_READ_BYTES (64 * 1024)
+
+static inline void put_u32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24);
+  p[1] = (uint8_t)(v >> 16);
+  p[2] = (uint8_t)(v >> 8);
+  p[3] = (uint8_t)v;
+}
+
+static inline uint32_t get_u32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+struct buf {
+  uint8_t *data;
+  size_t len;
+  size_t cap;
+};
+
+/* Watches: the fds the loop waits on. */
+enum watch_kind { W_CHANNEL, W_SIGNALS, W_STDIN, W_OUTPUT, W_EXIT };
+enum { WANT_IN = 1, WANT_OUT = 2 };
+
+struct job;
+
+struct watch {
+  int fd;
+  uint8_t kind;
+  uint8_t stream; /* W_OUTPUT: 1 or 2 */
+  uint8_t events; /* WANT_IN | WANT_OUT currently registered */
+  struct job *job;
+};
+
+/* Jobs: one per spawn request. */
+struct stdin_op {
+  struct stdin_op *next;
+  uint8_t *data; /* NULL: close stdin */
+  size_t len;
+  size_t off;
+};
+
+struct job {
+  uint32_t id;
+  struct job *hash_next;
+  struct job *prev, *next; /* every live job, for timers and stop() */
+  struct job *grave_next;
+  pid_t pid;
+  bool buffered, detached, piped[3];
+  bool done;   /* Exit sent: the id is free, only stdin may still drain */
+  bool exited; /* the child exited: it stays a zombie, unreaped, until the job is done */
+  bool reaped; /* its pid (and process group id) may be reused now: nothing more is signalled */
+  int code, sig;
+  const char *reason;
+  int kill_signal;
+  double window, force_kill_ms, timeout_ms;
+  bool has_timeout, has_max_buffer;
+  double max_buffer;
+  struct watch w_stdin, w_out[3], w_exit;
+  bool open[3], paused[3];
+  double unacked[3];
+  struct buf collected[3];
+  size_t collected_bytes;
+  double total_bytes;
+  struct stdin_op *stdin_head, *stdin_tail;
+  int64_t timeout_at, force_at, grace_at; /* monotonic us; 0: not armed */
+};
+
+/*
+ * An environment being built: entries with their names' lengths, and an open-addressing table of their indices (+1,
+ * 0: empty) by name, so that merging a request's env into the inherited one takes linear time.
+ */
+struct env_builder {
+  char **entries;
+  size_t *name_lens;
+  size_t count;
+  size_t *table;
+  size_t mask;
+};
+
+struct json_doc;
+
+/* buffer.c */
+void *xrealloc(void *p, size_t size);
+void buf_reserve(struct buf *b, size_t extra);
+void buf_put(struct buf *b, const void *p, size_t n);
+void buf_free(struct buf *b);
+
+/* wire_names.c */
+int signal_number(const char *name, size_t len);
+const char *signal_name(int sig);
+const char *errno_name(int err);
+
+/* event_loop.c */
+int64_t now_us(void);
+int64_t deadline_after(double ms);
+void watch_set(struct watch *w, uint8_t events);
+void watch_close(struct watch *w);
+void set_nonblocking(int fd);
+bool loop_init(void);
+void stop(int code);
+void loop(void);
+
+/* signals.c */
+#ifdef SYS_pidfd_open
+extern bool use_pidfd;
+#endif
+extern struct watch signal_watch;
+extern sigset_t default_signals;
+void read_signals(void);
+bool signals_init(void);
+
+/* channel.c */
+extern struct watch channel;
+extern bool output_held;
+uint8_t *frame_begin(size_t max_payload);
+void frame_end(uint8_t type, uint32_t id, size_t length);
+void send_frame(uint8_t type, uint32_t id, const void *payload, size_t length);
+void flush_out(void);
+void flush_out_at_exit(void);
+int connect_from_bootstrap(void);
+
+/* host_frames.c */
+void read_channel(void);
+
+/* jobs.c */
+extern struct job *live;
+struct job *find_job(uint32_t id);
+void track_job(struct job *job);
+void bury(struct job *job);
+void free_graves(void);
+void kill_child(struct job *job, int sig, bool group);
+void kill_group_for_good(struct job *job);
+void finish(struct job *job);
+void stop_for(struct job *job, const char *reason, int sig);
+void check_exit(struct job *job);
+
+/* streams.c */
+void arm_grace(struct job *job);
+void hold_buffered_output(bool hold);
+void close_stream(struct job *job, int fd, bool tell);
+void update_pause(struct job *job, int fd);
+void read_output(struct job *job, int fd);
+void drain_stdin(struct job *job);
+void queue_stdin(struct job *job, uint8_t *data, size_t len);
+
+/* spawn_env.c */
+void env_init(struct env_builder *env, size_t room);
+void env_put(struct env_builder *env, char *entry, size_t name_len, bool replace);
+char *resolve_program(const char *cmd, char *const *envp, const char *cwd, int *err);
+
+/* spawn.c */
+void send_spawn_error(uint32_t id, const char *cmd, int err, const char *code, const char *message);
+void start_job(struct job *job, const struct json_doc *doc);
+
+#endif
