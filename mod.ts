@@ -5,7 +5,7 @@
  *
  * @example Quick start
  * ```ts
- * import { Command, Pool } from "./mod.ts";
+ * import { Command, Pool } from "@spawnpool/spawnpool";
  *
  * // Drop-in for Deno.Command, on a default pool that starts itself:
  * const { stdout } = await new Command("echo", { args: ["hi"] }).output();

@@ -26,7 +26,7 @@
  *
  * @example Switching one import
  * ```ts
- * import { execFile, spawn } from "./node.ts";
+ * import { execFile, spawn } from "@spawnpool/spawnpool/node";
  * import { promisify } from "node:util";
  *
  * const { stdout } = await promisify(execFile)("echo", ["hi"]);
@@ -50,7 +50,7 @@ const api: ChildProcessApi = childProcessApi(defaultPool);
  *
  * @example Streaming a command's output
  * ```ts
- * import { spawn } from "./node.ts";
+ * import { spawn } from "@spawnpool/spawnpool/node";
  *
  * const child = spawn("ls", ["-l", "/"]);
  * child.stdout!.pipe(process.stdout);
@@ -65,7 +65,7 @@ export const spawn: ChildProcessApi["spawn"] = api.spawn;
  *
  * @example Running a program and collecting its output
  * ```ts
- * import { execFile } from "./node.ts";
+ * import { execFile } from "@spawnpool/spawnpool/node";
  *
  * execFile("echo", ["hi"], (error, stdout) => console.log(error, stdout)); // null "hi\n"
  * ```
@@ -78,7 +78,7 @@ export const execFile: ChildProcessApi["execFile"] = api.execFile;
  *
  * @example A shell pipeline
  * ```ts
- * import { exec } from "./node.ts";
+ * import { exec } from "@spawnpool/spawnpool/node";
  *
  * exec("echo hi | tr a-z A-Z", (error, stdout) => console.log(stdout)); // "HI\n"
  * ```
@@ -90,8 +90,8 @@ export const exec: ChildProcessApi["exec"] = api.exec;
  *
  * @example Node app, Bun workers
  * ```ts
- * import { Pool } from "./mod.ts";
- * import { childProcessFor } from "./node.ts";
+ * import { Pool } from "@spawnpool/spawnpool";
+ * import { childProcessFor } from "@spawnpool/spawnpool/node";
  *
  * await using pool = new Pool({ runtime: "bun" });
  * const { execFile } = childProcessFor(pool);

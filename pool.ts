@@ -23,7 +23,7 @@ import {
  *
  * @example Both API shapes on one pool
  * ```ts
- * import { Pool } from "./mod.ts";
+ * import { Pool } from "@spawnpool/spawnpool";
  *
  * await using pool = new Pool({ size: 2 });
  * const out = await pool.command("echo", { args: ["hi"] }).output();
@@ -138,7 +138,7 @@ export function configureDefaultPool(options: PoolOptions): void {
  *
  * @example Swapping Deno.Command
  * ```ts
- * import { Command } from "./mod.ts";
+ * import { Command } from "@spawnpool/spawnpool";
  *
  * const { stdout } = await new Command("echo", { args: ["hi"] }).output();
  * console.log(new TextDecoder().decode(stdout)); // "hi\n"
@@ -160,7 +160,7 @@ export class Command extends PoolCommand {
  *
  * @example Swapping Bun.spawn
  * ```ts
- * import { spawn } from "./mod.ts";
+ * import { spawn } from "@spawnpool/spawnpool";
  *
  * const proc = spawn(["echo", "hi"]);
  * console.log(await new Response(proc.stdout).text()); // "hi\n"

@@ -36,7 +36,7 @@ export interface SpawnPoolErrorOptions {
  *
  * @example Telling pool failures apart
  * ```ts
- * import { SpawnPoolError } from "./errors.ts";
+ * import { SpawnPoolError } from "@spawnpool/spawnpool";
  * const error: unknown = new SpawnPoolError("ERR_QUEUE_FULL", "Queue is full");
  * if (error instanceof SpawnPoolError && error.code === "ERR_QUEUE_FULL") {
  *   // shed load
@@ -75,7 +75,7 @@ export interface SpawnErrorDetails {
  *
  * @example A missing program, through the Bun shape
  * ```ts
- * import { Pool, SpawnError } from "../mod.ts";
+ * import { Pool, SpawnError } from "@spawnpool/spawnpool";
  *
  * await using pool = new Pool({ size: 1 });
  * try {

@@ -223,7 +223,7 @@ export class PoolCommand {
  *
  * @example Writing stdin and reading stdout
  * ```ts
- * import { Pool } from "../mod.ts";
+ * import { Pool } from "@spawnpool/spawnpool";
  *
  * await using pool = new Pool({ size: 1 });
  * const child = pool.command("tr", { args: ["a-z", "A-Z"], stdin: "piped", stdout: "piped" }).spawn();

@@ -239,7 +239,7 @@ export function spawnArguments(
  *
  * @example Exit code and output
  * ```ts
- * import { Pool } from "../mod.ts";
+ * import { Pool } from "@spawnpool/spawnpool";
  *
  * await using pool = new Pool({ size: 1 });
  * const proc = pool.spawn(["sh", "-c", "echo out; exit 3"]);

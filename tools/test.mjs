@@ -3,7 +3,7 @@
 // differential suite again on native workers; the JSDoc examples; a JSR publish dry run; and the npm package
 // installed into scratch Node and Bun apps. Setup builds the native worker first (tools/build_native.mjs). Prints a total and exits non-zero on any failure.
 import { spawnSync } from "node:child_process";
-import { readdirSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { bin, ensureInstalled, root } from "./setup.mjs";
 
@@ -17,6 +17,16 @@ const tests = readdirSync(join(root, "tests")).filter((name) => name.endsWith("_
 const benchmarks = readdirSync(join(root, "bench")).filter((name) => name.endsWith(".ts")).sort().map((name) =>
   `bench/${name}`
 );
+// Every library file with a JSDoc example, so a new one cannot be left out.
+const libraryDirs = ["core", "shapes", "shapes/child_process", "adapters", "worker"];
+const withExamples = [
+  "mod.ts",
+  "node.ts",
+  "pool.ts",
+  ...libraryDirs.flatMap((dir) =>
+    readdirSync(join(root, dir)).filter((name) => name.endsWith(".ts")).map((name) => `${dir}/${name}`)
+  ),
+].filter((file) => readFileSync(join(root, file), "utf8").includes("```ts"));
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
   { name: "deno lint", cmd: "deno", args: ["lint"] },
@@ -27,20 +37,8 @@ const steps = [
   {
     name: "deno test --doc (the JSDoc examples)",
     cmd: "deno",
-    args: [
-      "test",
-      "--doc",
-      "-A",
-      "mod.ts",
-      "node.ts",
-      "pool.ts",
-      "core/errors.ts",
-      "shapes/command.ts",
-      "shapes/subprocess.ts",
-      "shapes/child_process/child_process.ts",
-      "shapes/child_process/api.ts",
-      "shapes/child_process/errors.ts",
-    ],
+    // The examples import the published names (as JSR's pages show them); the import map points those at the checkout.
+    args: ["test", "--doc", "-A", "--import-map=tools/doc_imports.json", ...withExamples],
     count: /(\d+) passed \| (\d+) failed/,
   },
   {

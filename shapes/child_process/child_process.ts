@@ -25,7 +25,7 @@ export let killGroup: (child: ChildProcess, signal: string) => boolean;
  *
  * @example Events in Node's order
  * ```ts
- * import { spawn } from "../node.ts";
+ * import { spawn } from "@spawnpool/spawnpool/node";
  *
  * const child = spawn("sh", ["-c", "echo hi; exit 2"]);
  * child.on("spawn", () => console.log("spawn", typeof child.pid)); // "spawn" "number"

@@ -75,7 +75,7 @@ export function outOfRange(name: string, range: string, value: unknown): NodeErr
  *
  * @example Aborting a command
  * ```ts
- * import { execFile } from "../node.ts";
+ * import { execFile } from "@spawnpool/spawnpool/node";
  *
  * const controller = new AbortController();
  * execFile("sleep", ["10"], { signal: controller.signal }, (error) => {
