@@ -26,5 +26,5 @@ export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./sh
 export type { RuntimeName, WorkerRuntime } from "./core/adapter.ts";
 export { SpawnError, SpawnPoolError, type SpawnPoolErrorCode } from "./core/errors.ts";
 export type { CommonOptions } from "./core/options.ts";
-export type { OutputReadableStream } from "./core/execution.ts";
+export type { OutputReadableStream } from "./core/output_stream.ts";
 export type { StdioMode } from "./core/frame.ts";

@@ -5,6 +5,8 @@
  * @module
  */
 
+import type { SpawnFailure } from "./frame.ts";
+
 /** Stable codes of {@linkcode SpawnPoolError}. */
 export type SpawnPoolErrorCode =
   /** The worker running the request died or its channel closed before the request completed. */
@@ -58,16 +60,6 @@ export class SpawnPoolError extends Error {
   }
 }
 
-/** What a worker reported for a command that could not start. */
-export interface SpawnErrorDetails {
-  /** Error code such as `ENOENT` or `EACCES`. */
-  code: string;
-  /** Negative errno where known. */
-  errno?: number;
-  /** Message from the worker's runtime. */
-  message: string;
-}
-
 /**
  * A command that could not start (missing program, not executable, bad cwd). `code` is the errno name
  * (`ENOENT`, `EACCES`, ...), as Node reports it. The Deno-shaped API rethrows it as the matching
@@ -100,7 +92,7 @@ export class SpawnError extends Error {
   readonly reason: string;
 
   /** Creates a spawn error from a worker's report. */
-  constructor(details: SpawnErrorDetails, path: string, args: readonly string[]) {
+  constructor(details: SpawnFailure, path: string, args: readonly string[]) {
     super(`Failed to spawn "${path}": ${details.message}`);
     this.reason = details.message;
     this.name = "SpawnError";

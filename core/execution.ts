@@ -20,6 +20,14 @@ import {
   type StreamFd,
 } from "./frame.ts";
 import { MAX_TIMER_MS } from "./options.ts";
+import { pumpStdin, type StdinSource, writableStdin } from "./stdin.ts";
+import {
+  type OutputControls,
+  type OutputReadableStream,
+  type OutputSink,
+  type OutputSinkFactory,
+  OutputStream,
+} from "./output_stream.ts";
 import type { RequestSink, WorkerHandle } from "./worker_handle.ts";
 
 /** Size of stdin chunks sent to a worker. */
@@ -34,9 +42,6 @@ export interface Completion {
   /** Collected stderr (buffered requests only; empty otherwise). */
   stderr: Uint8Array;
 }
-
-/** Where an execution's stdin comes from when it is not a writable stream the caller drives. */
-export type StdinSource = Uint8Array | ReadableStream<Uint8Array>;
 
 /** The scheduler an execution is submitted to. */
 export interface Scheduler {
@@ -71,171 +76,6 @@ class Deferred<T> {
     });
     // Callers that never look at a promise must not see an unhandled rejection.
     this.promise.catch(() => {});
-  }
-}
-
-/**
- * Where a streamed output's bytes go on the host. The sink credits the worker (through the `credit`
- * callback it was created with) as its consumer reads, which is what bounds memory on both sides.
- */
-export interface OutputSink {
-  /** Bytes arrived; the chunk is owned by the sink. */
-  push(chunk: Uint8Array): void;
-  /** The stream ended. */
-  end(): void;
-  /** The request failed; the stream ends with `error`. */
-  error(error: unknown): void;
-}
-
-/** What a sink may tell the worker about its stream. */
-export interface OutputControls {
-  /** The consumer read `bytes` more; the worker may send that many more. */
-  credit(bytes: number): void;
-  /** Nobody will read the stream any more: the worker closes the pipe (the child sees EPIPE). */
-  release(): void;
-  /** Bytes the worker sends ahead of credit. */
-  window: number;
-}
-
-/**
- * Credits in batches: bytes a consumer took are credited once they reach half the window (or at once
- * when asked), so a stream read chunk by chunk does not send the worker a frame per chunk.
- */
-export class CreditBatch {
-  readonly #credit: (bytes: number) => void;
-  readonly #threshold: number;
-  #held = 0;
-
-  /** Creates a batch for the stream `controls` belong to. */
-  constructor(controls: OutputControls) {
-    this.#credit = controls.credit;
-    this.#threshold = Math.max(1, controls.window >> 1);
-  }
-
-  /** Counts `bytes` as taken, without crediting them yet. */
-  hold(bytes: number): void {
-    this.#held += bytes;
-  }
-
-  /** Credits what is held if it has reached half the window. */
-  flushIfFull(): void {
-    if (this.#held >= this.#threshold) this.flush();
-  }
-
-  /** Credits what is held. */
-  flush(): void {
-    if (this.#held === 0) return;
-    const bytes = this.#held;
-    this.#held = 0;
-    this.#credit(bytes);
-  }
-
-  /** Forgets what is held: the stream is gone. */
-  drop(): void {
-    this.#held = 0;
-  }
-}
-
-/** Creates the sink of one streamed output. */
-export type OutputSinkFactory = (fd: StreamFd, controls: OutputControls) => OutputSink;
-
-/**
- * A command's output as a web `ReadableStream` with the helpers `Deno.ChildProcess` and Bun's `Subprocess` give theirs:
- * each reads the stream to its end.
- */
-export interface OutputReadableStream extends ReadableStream<Uint8Array> {
-  /** The whole output as bytes. */
-  bytes(): Promise<Uint8Array<ArrayBuffer>>;
-  /** The whole output as an `ArrayBuffer`. */
-  arrayBuffer(): Promise<ArrayBuffer>;
-  /** The whole output decoded as UTF-8. */
-  text(): Promise<string>;
-  /** The whole output parsed as JSON. */
-  json(): Promise<unknown>;
-}
-
-/**
- * The web `ReadableStream` of a command's output, with {@linkcode OutputReadableStream}'s helpers put once on its
- * prototype where the runtime's own streams lack them (Bun's have them), so nothing is made per spawn.
- */
-class OutputReadable extends ReadableStream<Uint8Array> {}
-const READ_HELPERS: Record<string, (this: ReadableStream<Uint8Array>) => Promise<unknown>> = {
-  async bytes() {
-    return new Uint8Array(await new Response(this).arrayBuffer());
-  },
-  arrayBuffer() {
-    return new Response(this).arrayBuffer();
-  },
-  text() {
-    return new Response(this).text();
-  },
-  json() {
-    return new Response(this).json();
-  },
-};
-for (const name of Object.keys(READ_HELPERS)) {
-  if (!(name in ReadableStream.prototype)) {
-    Object.defineProperty(OutputReadable.prototype, name, {
-      value: READ_HELPERS[name],
-      configurable: true,
-      writable: true,
-    });
-  }
-}
-
-/** A stream of output from the worker as a web `ReadableStream`, crediting the worker as the consumer reads. */
-class OutputStream implements OutputSink {
-  readonly readable: OutputReadableStream;
-  #queue: Uint8Array[] = [];
-  #ended = false;
-  #error: unknown;
-  #waiting: (() => void) | undefined;
-
-  constructor(controls: OutputControls) {
-    const credits = new CreditBatch(controls);
-    this.readable = new OutputReadable({
-      pull: async (controller) => {
-        while (this.#queue.length === 0 && !this.#ended && this.#error === undefined) {
-          await new Promise<void>((resolve) => (this.#waiting = resolve));
-        }
-        const chunk = this.#queue.shift();
-        if (chunk !== undefined) {
-          controller.enqueue(chunk);
-          credits.hold(chunk.byteLength);
-          if (this.#queue.length === 0) credits.flush();
-          else credits.flushIfFull();
-          return;
-        }
-        if (this.#error !== undefined) controller.error(this.#error);
-        else controller.close();
-      },
-      cancel: () => {
-        this.#queue = [];
-        if (!this.#ended && this.#error === undefined) controls.release();
-      },
-    }, { highWaterMark: 0 }) as OutputReadableStream;
-  }
-
-  push(chunk: Uint8Array): void {
-    this.#queue.push(chunk);
-    this.#wake();
-  }
-
-  end(): void {
-    this.#ended = true;
-    this.#wake();
-  }
-
-  error(error: unknown): void {
-    if (this.#ended) return;
-    this.#error = error;
-    this.#wake();
-  }
-
-  #wake(): void {
-    const waiting = this.#waiting;
-    this.#waiting = undefined;
-    waiting?.();
   }
 }
 
@@ -349,7 +189,7 @@ export class Execution implements RequestSink {
       return;
     }
     this.#stdinWritable = request.stdin === "piped" && options.stdinSource === undefined;
-    if (request.stdin === "piped" && options.stdinSource !== undefined) void this.#pumpStdin(options.stdinSource);
+    if (request.stdin === "piped" && options.stdinSource !== undefined) void pumpStdin(this, options.stdinSource);
     const signal = options.signal;
     if (signal !== undefined) {
       if (signal.aborted) {
@@ -550,7 +390,7 @@ export class Execution implements RequestSink {
   /** Stdin as a web `WritableStream`, when piped without a source (created on first use). */
   get stdin(): WritableStream<Uint8Array> | undefined {
     if (!this.#stdinWritable) return undefined;
-    this.#stdin ??= this.#writableStdin();
+    this.#stdin ??= writableStdin(this);
     return this.#stdin;
   }
 
@@ -573,55 +413,5 @@ export class Execution implements RequestSink {
   /** Closes the child's stdin. */
   endStdin(): void {
     if (!this.#done) this.#send(Frame.StdinEnd);
-  }
-
-  async #pumpStdin(source: StdinSource): Promise<void> {
-    try {
-      if (source instanceof Uint8Array) {
-        if (source.byteLength > 0) await this.write(source);
-        return;
-      }
-      const reader = source.getReader();
-      try {
-        while (true) {
-          const { done, value } = await reader.read();
-          if (done) break;
-          if (!(await this.write(value))) {
-            await reader.cancel();
-            break;
-          }
-        }
-      } finally {
-        reader.releaseLock();
-      }
-    } catch {
-      // A failing source ends stdin, as a closed pipe would.
-    } finally {
-      this.endStdin();
-    }
-  }
-
-  #writableStdin(): WritableStream<Uint8Array> {
-    return new WritableStream<Uint8Array>({
-      write: async (chunk: unknown) => {
-        let bytes: Uint8Array;
-        if (chunk instanceof Uint8Array) bytes = chunk;
-        else if (chunk instanceof ArrayBuffer) bytes = new Uint8Array(chunk);
-        else if (ArrayBuffer.isView(chunk)) bytes = new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-        else {
-          // The stream errors, and (as with Deno's own) the command's stdin closes rather than stay open for ever.
-          this.endStdin();
-          throw new TypeError("Expected ArrayBuffer or ArrayBufferView for write chunk");
-        }
-        if (!(await this.write(bytes))) {
-          const error = new Error("Broken pipe: the child closed its stdin") as Error & { code: string };
-          error.name = "BrokenPipe";
-          error.code = "EPIPE";
-          throw error;
-        }
-      },
-      close: () => this.endStdin(),
-      abort: () => this.endStdin(),
-    });
   }
 }

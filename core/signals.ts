@@ -4,6 +4,8 @@
  * @module
  */
 
+import type { ExitInfo } from "./frame.ts";
+
 const SIGNALS: Readonly<Record<string, number>> = {
   SIGHUP: 1,
   SIGINT: 2,
@@ -61,6 +63,11 @@ export function signalName(signal: string | number): string {
   }
   if (!Object.hasOwn(SIGNALS, signal)) throw new RangeError(`Unknown signal: "${signal}"`);
   return signal;
+}
+
+/** A command's exit as one number, as shells report it: its exit code, or 128 + the signal's number. */
+export function exitStatusCode(info: ExitInfo): number {
+  return info.signal !== null ? 128 + (signalNumber(info.signal) ?? 0) : info.code ?? 1;
 }
 
 /** The number of a signal name; undefined for an unknown name. */

@@ -5,10 +5,11 @@
  */
 
 import { SpawnError, SpawnPoolError } from "../core/errors.ts";
-import { type Completion, Execution, type OutputReadableStream, type Scheduler } from "../core/execution.ts";
-import type { ExitInfo, SpawnRequest, StdioMode } from "../core/frame.ts";
+import { type Completion, Execution, type Scheduler } from "../core/execution.ts";
+import type { OutputReadableStream } from "../core/output_stream.ts";
+import { concatBytes, type ExitInfo, type SpawnRequest, type StdioMode } from "../core/frame.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
-import { signalName, signalNumber } from "../core/signals.ts";
+import { exitStatusCode, signalName } from "../core/signals.ts";
 
 /** Options of a pooled command, as `Deno.CommandOptions` plus the pool's own. */
 export interface CommandOptions extends CommonOptions {
@@ -91,7 +92,7 @@ function toStatus(info: ExitInfo, command: string): CommandStatus {
       command,
     });
   }
-  const code = info.signal !== null ? 128 + (signalNumber(info.signal) ?? 0) : info.code ?? 1;
+  const code = exitStatusCode(info);
   return { success: code === 0 && info.signal === null, code, signal: info.signal };
 }
 
@@ -112,18 +113,8 @@ function toOutput(status: CommandStatus, stdout: Uint8Array | null, stderr: Uint
 async function drain(stream: ReadableStream<Uint8Array> | undefined): Promise<Uint8Array | null> {
   if (stream === undefined) return null;
   const chunks: Uint8Array[] = [];
-  let total = 0;
-  for await (const chunk of stream) {
-    chunks.push(chunk);
-    total += chunk.byteLength;
-  }
-  const out = new Uint8Array(total);
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
+  for await (const chunk of stream) chunks.push(chunk);
+  return concatBytes(chunks);
 }
 
 /**

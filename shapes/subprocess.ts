@@ -5,10 +5,12 @@
  */
 
 import { SpawnError } from "../core/errors.ts";
-import { Execution, type OutputReadableStream, type Scheduler, type StdinSource } from "../core/execution.ts";
+import { Execution, type Scheduler } from "../core/execution.ts";
+import type { StdinSource } from "../core/stdin.ts";
+import type { OutputReadableStream } from "../core/output_stream.ts";
 import type { StdioMode } from "../core/frame.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
-import { signalName, signalNumber } from "../core/signals.ts";
+import { exitStatusCode, signalName } from "../core/signals.ts";
 
 /** Stdio choices for stdout and stderr, as Bun names them. */
 export type BunOutput = "pipe" | "inherit" | "ignore" | null | 1 | 2;
@@ -312,7 +314,7 @@ export class PooledSubprocess {
     this.exited = Promise.all([execution.exited, ...relayed]).then(([info]) => {
       this.#exitCode = info.code;
       this.#signalCode = info.signal;
-      return info.signal !== null ? 128 + (signalNumber(info.signal) ?? 0) : info.code ?? 1;
+      return exitStatusCode(info);
     });
     this.exited.catch(() => {});
     const onExit = options.onExit;

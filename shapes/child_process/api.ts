@@ -39,12 +39,10 @@ const promisifyCustom = Symbol.for("nodejs.util.promisify.custom");
 
 function withPromisified<F extends (...args: never[]) => unknown>(fn: F): F {
   const promisified = (...args: unknown[]) => {
-    let resolve!: (value: { stdout: string | Buffer; stderr: string | Buffer }) => void;
-    let reject!: (error: unknown) => void;
-    const promise = new Promise<{ stdout: string | Buffer; stderr: string | Buffer }>((res, rej) => {
-      resolve = res;
-      reject = rej;
-    }) as Promise<{ stdout: string | Buffer; stderr: string | Buffer }> & { child: unknown };
+    const { promise: settled, resolve, reject } = Promise.withResolvers<
+      { stdout: string | Buffer; stderr: string | Buffer }
+    >();
+    const promise = settled as typeof settled & { child: unknown };
     promise.child = (fn as unknown as (...args: unknown[]) => unknown)(
       ...args,
       (error: ExecError | null, stdout: string | Buffer, stderr: string | Buffer) => {

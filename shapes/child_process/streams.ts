@@ -6,7 +6,7 @@
 
 import { Buffer } from "node:buffer";
 import { Readable, Writable } from "node:stream";
-import { CreditBatch, type OutputControls } from "../../core/execution.ts";
+import { CreditBatch, type OutputControls } from "../../core/output_stream.ts";
 import { errnoOf, type NodeError, nodeError } from "./errors.ts";
 
 /** A readable child output as a Node stream; credits the worker as the consumer reads. */
