@@ -13,7 +13,7 @@
  */
 
 import process from "node:process";
-import { percentile, sampleLag } from "./_fixture.mjs";
+import { percentile, sampleLag } from "../support/fixture.mjs";
 
 /** When each timer fired (ms since the epoch) and how late it was (ms), in firing order. */
 const fired = [];

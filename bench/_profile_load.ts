@@ -17,7 +17,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import type { RuntimeName } from "../mod.ts";
-import { catFixtureBytes, countOf, writeCatFixture } from "./_fixture.mjs";
+import { catFixtureBytes, countOf, writeCatFixture } from "../support/fixture.mjs";
 import { loadSpawnpool, nativeOutput } from "./_spawners.ts";
 
 const MODE = process.env.PROFILE_MODE;

@@ -14,8 +14,8 @@
 import process from "node:process";
 import { detectRuntime } from "../adapters/runtime.ts";
 import { Pool, type RuntimeName } from "../mod.ts";
-import { cancelledYes } from "../tests/soak.ts";
-import { countOf } from "./_fixture.mjs";
+import { cancelledYes } from "../support/soak.ts";
+import { countOf } from "../support/fixture.mjs";
 
 const runtime = process.env.BENCH_WORKERS as RuntimeName | undefined;
 const loops = countOf("CANCEL_LOOPS", 6);

@@ -5,7 +5,7 @@
 //   node bench/chart.mjs --from <latest.json | results.md> [--run "Run 23"] --out <file.svg>
 //
 // reads a result `npm start` wrote (bench/results/latest.json, or its Markdown table, optionally one `## ` section of
-// a file that holds several runs) and writes the chart; tools/start.mjs calls writeChart() after every run.
+// a file that holds several runs) and writes the chart; bench/start.mjs calls writeChart() after every run.
 import { readFileSync, writeFileSync } from "node:fs";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
@@ -22,7 +22,7 @@ const KINDS = [
   ["execFile", "pool: ./node execFile (Node workers)"],
 ];
 
-/** What a row group's label says: the host, and the kind of pooling (see pathLabel in tools/start.mjs). */
+/** What a row group's label says: the host, and the kind of pooling (see pathLabel in bench/start.mjs). */
 function pathOf(label) {
   const host = label.split(/[ ,]/)[0];
   const workers = /(\w+) workers/.exec(label)?.[1] ?? host;
@@ -249,7 +249,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   console.log(`Wrote ${outFile}`);
 }
 
-/** tools/start.mjs's pathLabel, for a latest.json. */
+/** bench/start.mjs's pathLabel, for a latest.json. */
 function label(host, { workers, api }) {
   const others = workers === host ? "" : `${api === "execFile" ? ", " : " host, "}${workers} workers`;
   return api === "execFile" ? `${host}, ./node execFile${others}` : `${host}${others}`;

@@ -35,7 +35,7 @@ import {
   sampleLag,
   untilReady,
   writeCatFixture,
-} from "./_fixture.mjs";
+} from "../support/fixture.mjs";
 import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput, processCpu } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();

@@ -5,7 +5,7 @@
  */
 
 import { Pool } from "../mod.ts";
-import { writeCatFixture } from "./_fixture.mjs";
+import { writeCatFixture } from "../support/fixture.mjs";
 
 const catFile = writeCatFixture(Deno.makeTempDirSync());
 const workloads = { "echo": ["echo", "hi"], "cat 163 KB": ["cat", catFile] } as const;

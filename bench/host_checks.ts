@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { preflight } from "../adapters/_preflight.ts";
 import { detectRuntime } from "../adapters/runtime.ts";
 import type { SpawnRequest } from "../core/frame.ts";
-import { countOf, median } from "./_fixture.mjs";
+import { countOf, median } from "../support/fixture.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 5);
 const CALLS = 20_000;

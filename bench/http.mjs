@@ -8,8 +8,8 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { bin, buildDist, root } from "../tools/setup.mjs";
-import { countOf, scriptArgs, writeCatFixture } from "./_fixture.mjs";
+import { bin, buildDist, root } from "../support/setup.mjs";
+import { countOf, scriptArgs, writeCatFixture } from "../support/fixture.mjs";
 
 const SECONDS = countOf("BENCH_HTTP_SECONDS", 8);
 const CONNECTIONS = 30;

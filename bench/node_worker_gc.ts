@@ -11,9 +11,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import type { Pool as PoolType } from "../mod.ts";
-import { CAT_BYTES, countOf, median, writeCatFixture } from "./_fixture.mjs";
+import { CAT_BYTES, countOf, median, writeCatFixture } from "../support/fixture.mjs";
 import { loadSpawnpool, processCpu } from "./_spawners.ts";
-import { rssAnonBytes } from "../tests/_proc.ts";
+import { rssAnonBytes } from "../support/proc.ts";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 9, 3); // rounds 1 and 2 are a warm-up
 const { Pool } = await loadSpawnpool();

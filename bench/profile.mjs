@@ -13,8 +13,8 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { countOf, median, scriptArgs, untilReady } from "./_fixture.mjs";
-import { bin, buildDist, root } from "../tools/setup.mjs";
+import { countOf, median, scriptArgs, untilReady } from "../support/fixture.mjs";
+import { bin, buildDist, root } from "../support/setup.mjs";
 
 const listOf = (name, fallback, allowed) =>
   (process.env[name] ?? fallback).split(",").map((item) => {

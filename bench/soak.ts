@@ -1,5 +1,5 @@
 /**
- * The long soak: 100,000 mixed spawns at 64 in flight through one pool (see tests/soak.ts), under
+ * The long soak: 100,000 mixed spawns at 64 in flight through one pool (see support/soak.ts), under
  * whichever runtime runs it; prints a JSON report (fds, child processes, worker memory before and after).
  * `deno run -A bench/soak.ts`, `bun bench/soak.ts`, `node bench/soak.ts`; SOAK_SPAWNS, BENCH_WORKERS.
  */
@@ -10,7 +10,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { detectRuntime } from "../adapters/runtime.ts";
 import { Pool, type RuntimeName } from "../mod.ts";
-import { soak } from "../tests/soak.ts";
+import { soak } from "../support/soak.ts";
 
 const runtime = process.env.BENCH_WORKERS as RuntimeName | undefined;
 const pool = new Pool(runtime ? { runtime } : {});

@@ -31,9 +31,9 @@
  */
 
 import process from "node:process";
-import { countOf, median } from "./_fixture.mjs";
+import { countOf, median } from "../support/fixture.mjs";
 import { HOST } from "./_spawners.ts";
-import { openFds } from "../tests/_proc.ts";
+import { openFds } from "../support/proc.ts";
 
 const SPAWNS = countOf("BENCH_SPAWNS", 1500);
 const ROUNDS = countOf("BENCH_ROUNDS", 5);

@@ -11,7 +11,7 @@
 import { readFileSync } from "node:fs";
 import process from "node:process";
 import type { WorkerRuntime } from "../mod.ts";
-import { countOf } from "./_fixture.mjs";
+import { countOf } from "../support/fixture.mjs";
 import { HOST, loadSpawnpool, processCpu } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();

@@ -4,13 +4,13 @@
  * @module
  */
 
-import { readdirSync, readFileSync } from "node:fs";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { detectRuntime } from "../adapters/runtime.ts";
 import { encodeHeader, type FrameType } from "../core/frame.ts";
 
-export { openFds, rssAnonBytes, rssBytes } from "./_proc.ts";
+export { alive, childPids, openFds, rssAnonBytes, rssBytes } from "../support/proc.ts";
+import { alive } from "../support/proc.ts";
 
 /** The runtime running the tests. */
 export const HOST: "deno" | "bun" | "node" = detectRuntime();
@@ -26,15 +26,6 @@ export function hostArgv(script: string, ...args: string[]): [string, ...string[
   return [process.execPath, script, ...args];
 }
 
-/** Whether a process exists and is not a zombie (this machine's init may not reap orphans at once). */
-export function alive(pid: number): boolean {
-  try {
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
-}
-
 /**
  * Waits until every process in `pids` is gone or `ms` passed; returns those still alive (none, when all went).
  * What kills them (a worker on its way out, a signal) may act a moment after the step a test awaited.
@@ -43,26 +34,6 @@ export async function survivors(pids: readonly number[], ms = 1000): Promise<num
   const deadline = performance.now() + ms;
   while (pids.some(alive) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   return pids.filter(alive);
-}
-
-/** A process's direct children, from /proc (empty once it is gone). */
-export function childPids(pid: number): number[] {
-  const found: number[] = [];
-  let tasks: string[] = [];
-  try {
-    tasks = readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return found;
-  }
-  for (const task of tasks) {
-    try {
-      const listed = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
-      if (listed) found.push(...listed.split(" ").map(Number));
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return found;
 }
 
 /** `promise`, or a rejection with `failure` if it has not settled after `ms`: a test that would hang fails. */

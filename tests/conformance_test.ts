@@ -30,7 +30,7 @@ import {
   survivors,
   withTimeout,
 } from "./_helpers.ts";
-import { cancelledYes } from "./soak.ts";
+import { cancelledYes } from "../support/soak.ts";
 
 const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").split(",") as WorkerRuntime[];
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);

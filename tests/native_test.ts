@@ -1,6 +1,6 @@
 /**
  * The native worker (native/*.c) under AddressSanitizer and UndefinedBehaviorSanitizer
- * (native/build/spawnpool-worker-asan, built by tools/build_native.mjs), one behaviour at a time over a channel the
+ * (native/build/spawnpool-worker-asan, built by support/build_native.mjs), one behaviour at a time over a channel the
  * test holds as a host would: what it inherits, limits on fds and memory, program lookup, environments, signals and
  * grandchildren. A sanitizer report, a leak (LeakSanitizer runs at exit), a crash or a hang fails the test.
  * tests/native_fuzz_test.ts fuzzes its frames; tests/native_pool_test.ts runs pools of it.

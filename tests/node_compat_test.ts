@@ -34,7 +34,7 @@ import { promisify } from "node:util";
 import { configureDefaultPool, Pool, type RuntimeName, type WorkerRuntime } from "../mod.ts";
 import * as pooled from "../node.ts";
 import { childProcessFor } from "../node.ts";
-import { catFixtureBytes, writeCatFixture } from "../bench/_fixture.mjs";
+import { catFixtureBytes, writeCatFixture } from "../support/fixture.mjs";
 import { alive, fixture, HOST, hostArgv, survivors, withTimeout } from "./_helpers.ts";
 
 // SPAWNPOOL_COMPAT_WORKERS runs the drop-in's default pool on other workers than the host's (e.g. "native"); without it,

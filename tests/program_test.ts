@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { writeCatFixture } from "../bench/_fixture.mjs";
+import { writeCatFixture } from "../support/fixture.mjs";
 import { fixture, HOST, hostArgv } from "./_helpers.ts";
 
 const here = (path: string) => fileURLToPath(new URL(path, import.meta.url).href);

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import { Pool } from "../mod.ts";
 import { HOST } from "./_helpers.ts";
-import { soak } from "./soak.ts";
+import { soak } from "../support/soak.ts";
 
 describe("soak", () => {
   it("2,000 mixed spawns at 64 in flight: all correct, no fd or process left behind", async () => {

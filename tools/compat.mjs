@@ -26,7 +26,7 @@ import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { runGrouped } from "./_run_grouped.mjs";
-import { bin, buildDist, root } from "./setup.mjs";
+import { bin, buildDist, root } from "../support/setup.mjs";
 
 const { values: opts } = parseArgs({
   options: {

@@ -68,7 +68,7 @@ import {
 import { basename, dirname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { runGrouped } from "./_run_grouped.mjs";
-import { bin, ensureInstalled, root } from "./setup.mjs";
+import { bin, ensureInstalled, root } from "../support/setup.mjs";
 
 const { values: opts } = parseArgs({
   options: {

@@ -10,7 +10,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { bin, ensureInstalled, root } from "./setup.mjs";
+import { bin, ensureInstalled, root } from "../support/setup.mjs";
 import { stage } from "./stage.mjs";
 
 ensureInstalled();

@@ -1,14 +1,14 @@
 // The package as it is published: `node tools/stage.mjs <dir>` builds (dist/ and the per-platform worker packages in
 // dist/npm/) and writes into <dir> what `npm publish <dir>` publishes: dist/ without the native builds, README.md,
 // CHANGELOG.md, LICENSE, and a package.json that lists the worker packages as optionalDependencies and has no scripts
-// or devDependencies. The checkout's own package.json lists no worker packages (tools/build_native.mjs,
+// or devDependencies. The checkout's own package.json lists no worker packages (support/build_native.mjs,
 // workerDependencies), so publish the staged directory, the worker packages first (npm publish dist/npm/worker-*).
 // `--refuse` is the checkout's prepublishOnly: publishing the checkout itself stops with this advice.
 import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { workerDependencies } from "./build_native.mjs";
-import { buildPackages, root } from "./setup.mjs";
+import { workerDependencies } from "../support/build_native.mjs";
+import { buildPackages, root } from "../support/setup.mjs";
 
 /** Writes the publishable package into `dest` from what `npm run build` built; returns its package.json. */
 export function stage(dest) {

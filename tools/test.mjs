@@ -1,11 +1,11 @@
 // `npm test`: the whole quality gate, what CI runs. Format, lint, type-checks and doc lint; every test file
 // under Deno, Bun and Node (the conformance suite against node, bun, deno and native workers); the drop-in's
 // differential suite again on native workers; the JSDoc examples; a JSR publish dry run; and the npm package
-// installed into scratch Node and Bun apps. Setup builds the native worker first (tools/build_native.mjs). Prints a total and exits non-zero on any failure.
+// installed into scratch Node and Bun apps. Setup builds the native worker first (support/build_native.mjs). Prints a total and exits non-zero on any failure.
 import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { bin, ensureInstalled, root } from "./setup.mjs";
+import { bin, ensureInstalled, root } from "../support/setup.mjs";
 
 ensureInstalled();
 const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, NO_COLOR: "1" };
@@ -30,7 +30,20 @@ const withExamples = [
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
   { name: "deno lint", cmd: "deno", args: ["lint"] },
-  { name: "deno check", cmd: "deno", args: ["check", "mod.ts", "node.ts", "worker/main.ts", ...tests, ...benchmarks] },
+  {
+    name: "deno check",
+    cmd: "deno",
+    args: [
+      "check",
+      "mod.ts",
+      "node.ts",
+      "worker/main.ts",
+      "support/soak.ts",
+      "support/proc.ts",
+      ...tests,
+      ...benchmarks,
+    ],
+  },
   { name: "core is runtime-neutral (tsc, no Deno/Bun/Node types)", cmd: "tsc", args: ["-p", "tsconfig.core.json"] },
   { name: "deno doc --lint", cmd: "deno", args: ["doc", "--lint", "mod.ts", "node.ts", "worker/main.ts"] },
   { name: "JSR publish dry run", cmd: "deno", args: ["publish", "--dry-run", "--allow-dirty"] },

@@ -8,9 +8,9 @@
 
 import { Buffer } from "node:buffer";
 import process from "node:process";
-import { catFixtureBytes, writeCatFixture } from "../bench/_fixture.mjs";
+import { catFixtureBytes, writeCatFixture } from "../support/fixture.mjs";
 import { type Pool, SpawnError } from "../mod.ts";
-import { alive, childPids, openFds, rssBytes } from "./_helpers.ts";
+import { alive, childPids, openFds, rssBytes } from "./proc.ts";
 
 /** What a soak run saw. */
 export interface SoakReport {

@@ -6,9 +6,9 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { writeChart } from "../bench/chart.mjs";
-import { median, scriptArgs, writeCatFixture } from "../bench/_fixture.mjs";
-import { bin, buildDist, root } from "./setup.mjs";
+import { writeChart } from "./chart.mjs";
+import { median, scriptArgs, writeCatFixture } from "../support/fixture.mjs";
+import { bin, buildDist, root } from "../support/setup.mjs";
 
 buildDist(); // Bun and Node measure the npm build, as their users run it (bench/_spawners.ts)
 const script = "bench/compare.ts";

@@ -1,5 +1,5 @@
 // Installs the pinned runtimes (deno, bun, node 24) and dev tools from npm when they are missing, and builds the
-// native worker (tools/build_native.mjs) when its sources changed. Runs under any Node >= 18 (a fresh machine's
+// native worker (support/build_native.mjs) when its sources changed. Runs under any Node >= 18 (a fresh machine's
 // own), before the runtimes exist.
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
@@ -50,7 +50,7 @@ export function buildDist() {
 
 /**
  * `npm run build` (and `npm pack`): dist/ as buildDist() writes it, and the per-platform packages of the native worker
- * in dist/npm/worker-<platform>-<arch>/, cross-compiled with Zig (tools/build_native.mjs). Returns those packages.
+ * in dist/npm/worker-<platform>-<arch>/, cross-compiled with Zig (support/build_native.mjs). Returns those packages.
  */
 export async function buildPackages({ quiet = false } = {}) {
   buildDist();

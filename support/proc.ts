@@ -32,3 +32,32 @@ function statusBytes(pid: number, field: string): number {
   const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith(`${field}:`));
   return Number(line!.split(/\s+/)[1]) * 1024;
 }
+
+/** Whether a process exists and is not a zombie (this machine's init may not reap orphans at once). */
+export function alive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+/** A process's direct children, from /proc (empty once it is gone). */
+export function childPids(pid: number): number[] {
+  const found: number[] = [];
+  let tasks: string[] = [];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return found;
+  }
+  for (const task of tasks) {
+    try {
+      const listed = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
+      if (listed) found.push(...listed.split(" ").map(Number));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return found;
+}
