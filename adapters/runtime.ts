@@ -40,22 +40,53 @@ export const WORKER_ENTRY: string = (() => {
 })();
 
 function findOnPath(name: string): string | undefined {
-  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
-    if (dir === "") continue;
+  return findIn((process.env.PATH ?? "").split(delimiter).filter((dir) => dir !== ""), name);
+}
+
+/**
+ * The directories whose `node_modules/.bin` may hold a runtime installed from npm (`npm install bun`, `npm install
+ * deno`): this module's own and each above it (the app that installed spawnpool), then the working directory's and
+ * each above it. Empty for a remote module's own location (JSR, a URL).
+ */
+function nodeModulesBins(): string[] {
+  const starts = [process.cwd()];
+  if (import.meta.url.startsWith("file:")) starts.unshift(dirname(fileURLToPath(import.meta.url)));
+  const bins: string[] = [];
+  for (const start of starts) {
+    for (let dir = start;; dir = dirname(dir)) {
+      const bin = join(dir, "node_modules", ".bin");
+      if (!bins.includes(bin)) bins.push(bin);
+      if (dirname(dir) === dir) break;
+    }
+  }
+  return bins;
+}
+
+function findIn(dirs: readonly string[], name: string): string | undefined {
+  for (const dir of dirs) {
     const candidate = join(dir, name);
-    if (existsSync(candidate)) return candidate;
+    try {
+      if (existsSync(candidate)) return candidate;
+    } catch {
+      // a Deno host without read permission there: not found
+    }
   }
   return undefined;
 }
 
-/** The executable of `runtime`: this process's own for the host runtime, else found on PATH. */
+/**
+ * The executable of `runtime`: this process's own for the host runtime, else the npm package's in the app's
+ * `node_modules/.bin`, else found on PATH.
+ */
 export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string {
   if (runtime === host) return process.execPath;
-  const found = findOnPath(runtime);
+  const found = findIn(nodeModulesBins(), runtime) ?? findOnPath(runtime);
   if (found === undefined) {
     throw new SpawnPoolError(
       "ERR_WORKER_START",
-      `Cannot find "${runtime}" on PATH for ${runtime} workers; install it or pass the execPath option`,
+      `Cannot find "${runtime}" for ${runtime} workers in node_modules/.bin (from this module's directory or the ` +
+        `working directory upward) or on PATH; install it (npm install ${runtime}, or the runtime's own installer) ` +
+        "or pass the execPath option",
     );
   }
   return found;

@@ -9,7 +9,16 @@
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { spawn as nodeSpawn, spawnSync } from "node:child_process";
-import { chmodSync, closeSync, mkdtempSync, openSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  cpSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  realpathSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -36,6 +45,7 @@ const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").s
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
 const bytes = (s: string) => new TextEncoder().encode(s);
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-test-"));
+const root = fileURLToPath(new URL("..", import.meta.url).href);
 
 /** A process's descendants, from /proc. */
 function descendants(pid: number): number[] {
@@ -938,17 +948,37 @@ describe(`${HOST} host, pool lifecycle`, () => {
     await pool.close();
   });
 
-  it("a worker runtime not on PATH fails ready() and requests with ERR_WORKER_START, and the host exits", async () => {
+  it("a worker runtime found neither in node_modules/.bin nor on PATH fails ready() and requests with ERR_WORKER_START, and the host exits", async () => {
     const pool = new Pool({ size: 1 });
     const other = HOST === "bun" ? "node" : "bun";
-    const [exe, ...args] = hostArgv(fixture("runtime_not_on_path.ts"), other);
+    // A copy of the sources outside the checkout, run from a directory with no node_modules above it: nothing to
+    // find but PATH, which is emptied.
+    const copy = join(scratch, "no-runtimes");
+    for (
+      const entry of ["mod.ts", "pool.ts", "package.json", "core", "shapes", "adapters", "worker", "tests/fixtures"]
+    ) {
+      cpSync(join(root, entry), join(copy, entry), { recursive: true });
+    }
+    const [exe, ...args] = hostArgv(join(copy, "tests", "fixtures", "runtime_not_on_path.ts"), other);
     // The lookup fails before the start's first await; if the pool started it again at once, for ever, the script
     // would spin without end (it takes well under a second otherwise) and the timeout would fail this test with
     // ERR_TIMEOUT.
-    const out = await pool.command(exe, { args, env: { PATH: scratch }, timeout: 10_000 }).output();
+    const out = await pool.command(exe, { args, cwd: copy, env: { PATH: scratch }, timeout: 10_000 }).output();
     const lines = text(out.stdout).trim().split("\n");
     assert.equal(lines.length, 2, text(out.stdout) + text(out.stderr));
-    for (const line of lines) assert.match(line, new RegExp(`^ERR_WORKER_START Cannot find "${other}" on PATH`));
+    for (const line of lines) {
+      assert.match(line, new RegExp(`^ERR_WORKER_START Cannot find "${other}" .*in node_modules/\\.bin .* or on PATH`));
+    }
+    assert.equal(out.code, 0);
+    await pool.close();
+  });
+
+  it("a worker runtime installed from npm (node_modules/.bin) is found without PATH", async () => {
+    const pool = new Pool({ size: 1 });
+    const other = HOST === "bun" ? "node" : "bun";
+    const [exe, ...args] = hostArgv(fixture("runtime_not_on_path.ts"), other);
+    const out = await pool.command(exe, { args, cwd: scratch, env: { PATH: scratch }, timeout: 20_000 }).output();
+    assert.deepEqual(text(out.stdout).trim().split("\n"), ["started", "started"], text(out.stderr));
     assert.equal(out.code, 0);
     await pool.close();
   });
