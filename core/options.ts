@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { SpawnRequest, StdioMode } from "./frame.ts";
+import type { SpawnRequest } from "./frame.ts";
 import { signalName } from "./signals.ts";
 
 /** Options shared by every API shape. */
@@ -24,21 +24,15 @@ export interface CommonOptions {
   signal?: AbortSignal;
 }
 
-/** Everything a request is built from. */
-export interface RequestInput extends CommonOptions {
-  cmd: string | URL;
-  args: readonly string[];
-  env?: Record<string, string>;
-  clearEnv?: boolean;
-  stdin: StdioMode;
-  stdout: StdioMode;
-  stderr: StdioMode;
-  buffered: boolean;
-  argv0?: string;
-  uid?: number;
-  gid?: number;
-  detached?: boolean;
-}
+/**
+ * Everything a request is built from: the shape's common options, the request's own fields as the wire carries
+ * them, and the program and arguments as a caller may give them (a `file:` URL, a read-only array).
+ */
+export type RequestInput =
+  & CommonOptions
+  & Pick<SpawnRequest, "stdin" | "stdout" | "stderr" | "buffered">
+  & Partial<Pick<SpawnRequest, "env" | "clearEnv" | "argv0" | "uid" | "gid" | "detached">>
+  & { cmd: string | URL; args: readonly string[] };
 
 /** Default flow-control window per stream: bytes a worker sends ahead of the host's reads. */
 export const DEFAULT_WINDOW: number = 1024 * 1024;
