@@ -61,3 +61,11 @@ export function childPids(pid: number): number[] {
   }
   return found;
 }
+
+/** CPU time a live process has used so far (user + system), in milliseconds, from /proc/<pid>/stat. */
+export function cpuMillis(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  // Fields after the command name (which may hold spaces and parentheses): utime and stime are the 12th and 13th.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // USER_HZ is 100 on Linux
+}

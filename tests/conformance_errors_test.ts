@@ -1,6 +1,7 @@
 /**
- * The conformance suite, spawn failures, bad arguments, and what a command can and cannot see: for each worker runtime (SPAWNPOOL_TEST_WORKERS, see tests/_conformance.ts)
- * under the host runtime that runs this file (`deno test`, `bun test`, `node --test`), against real processes.
+ * The conformance suite, spawn failures, bad arguments, and what a command can and cannot see: for each worker
+ * runtime (SPAWNPOOL_TEST_WORKERS, see tests/_conformance.ts) under the host runtime that runs this file (`deno
+ * test`, `bun test`, `node --test`), against real processes.
  */
 
 import assert from "node:assert/strict";

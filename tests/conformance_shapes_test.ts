@@ -1,6 +1,7 @@
 /**
- * The conformance suite, the Deno and Bun shapes' finer points: the Bun stdio array, file descriptors, tampered prototypes: for each worker runtime (SPAWNPOOL_TEST_WORKERS, see tests/_conformance.ts)
- * under the host runtime that runs this file (`deno test`, `bun test`, `node --test`), against real processes.
+ * The conformance suite, the Deno and Bun shapes' finer points: the Bun stdio array, file descriptors, tampered
+ * prototypes: for each worker runtime (SPAWNPOOL_TEST_WORKERS, see tests/_conformance.ts) under the host runtime
+ * that runs this file (`deno test`, `bun test`, `node --test`), against real processes.
  */
 
 import assert from "node:assert/strict";
