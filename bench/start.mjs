@@ -7,6 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeChart } from "./chart.mjs";
+import { targetLines } from "./targets.mjs";
 import { median, scriptArgs, writeCatFixture } from "../support/fixture.mjs";
 import { bin, buildDist, root } from "../support/setup.mjs";
 
@@ -15,7 +16,7 @@ const script = "bench/compare.ts";
 // Node's native spawns are the slowest by far, so one Node run measures them once for three pooled paths: Node
 // workers, Bun workers, and a Node program that changed its import line (`execFile` of `./node`, Node workers).
 const nodePools = "node,bun,node:execFile,native";
-// Bun workers spend less CPU per spawn than Deno's own (README, Measured), so the Deno run measures both.
+// Bun workers spend less CPU per spawn than Deno's own (bench/README.md), so the Deno run measures both.
 const denoPools = "deno,bun,native";
 const bunPools = "bun,native";
 const runs = [
@@ -175,6 +176,10 @@ const table = [
   ...rows,
   ...cpuTable,
   ...ceilingTable,
+  "",
+  "The native worker's targets, in this run (bench/targets.mjs):",
+  "",
+  ...targetLines(results, groups, ceiling),
   "",
   ...hosts,
 ].join("\n");
