@@ -54,20 +54,13 @@
 //   https://github.com/denoland/deno`, `git clone --depth 1 https://github.com/oven-sh/bun`) given to
 //   --deno-git / --bun-git.
 import { spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  readlinkSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
-import { basename, dirname, join, resolve } from "node:path";
+import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { runGrouped } from "./_run_grouped.mjs";
+import { callAt, exclusionOf, testCalls } from "./compat_shapes/reading.mjs";
+import { firstLine, parseJunit, plain } from "./compat_shapes/junit.mjs";
+import { prepare, sourceNote, SUITES } from "./compat_shapes/sources.mjs";
 import { bin, ensureInstalled, root } from "../support/setup.mjs";
 
 const { values: opts } = parseArgs({
@@ -90,295 +83,6 @@ const cache = join(root, ".cache", "compat", "shapes");
 const standIns = join(root, "tools", "compat_shapes");
 const deno = join(bin, "deno");
 const bun = join(bin, "bun");
-const SUITES = {
-  deno: { title: "Deno's tests/unit/command_test.ts", file: "command_test.ts", upstream: "tests/unit/command_test.ts" },
-  bun: {
-    title: "Bun's test/js/bun/spawn/spawn.test.ts",
-    file: "spawn.test.ts",
-    upstream: "test/js/bun/spawn/spawn.test.ts",
-  },
-};
-
-// --- Sources ---------------------------------------------------------------------------------------------
-
-function git(gitDir, args) {
-  const result = spawnSync("git", [`--git-dir=${gitDir}`, ...args], { maxBuffer: 1 << 28 });
-  if (result.status !== 0) throw new Error(`git ${args.join(" ")}: ${result.stderr.toString().trim()}`);
-  return result.stdout;
-}
-
-function gitDirOf(path) {
-  const dir = resolve(path);
-  return existsSync(join(dir, ".git")) ? join(dir, ".git") : dir;
-}
-
-/** Fixture files a Bun test names next to itself: `join(import.meta.dir, "name")`. */
-function siblingsNamed(source) {
-  return [...source.matchAll(/join\(\s*import\.meta\.dir\s*,\s*["']([^"'/]+)["']\s*\)/g)].map((m) => m[1]);
-}
-
-/**
- * Fills .cache/compat/shapes/<suite>/ from a file or a git repository (when given), then writes the
- * stand-ins; returns the path of the cached test file, or undefined when there is none.
- */
-function prepare(suite) {
-  const { file, upstream } = SUITES[suite];
-  const dir = join(cache, suite);
-  const target = join(dir, file);
-  const fromFile = opts[`${suite}-test`];
-  const fromGit = opts[`${suite}-git`];
-  if (fromFile || fromGit) {
-    rmSync(dir, { recursive: true, force: true });
-    mkdirSync(dir, { recursive: true });
-    let origin;
-    let read;
-    if (fromFile) {
-      const path = resolve(fromFile);
-      origin = { from: path };
-      read = (name) => {
-        const sibling = join(dirname(path), name);
-        return existsSync(sibling) ? readFileSync(sibling) : undefined;
-      };
-      writeFileSync(target, readFileSync(path));
-    } else {
-      const gitDir = gitDirOf(fromGit);
-      const commit = git(gitDir, ["rev-parse", `${opts[`${suite}-ref`]}^{commit}`]).toString().trim();
-      origin = { from: resolve(fromGit), ref: opts[`${suite}-ref`], commit };
-      read = (name) => {
-        try {
-          return git(gitDir, ["show", `${commit}:${dirname(upstream)}/${name}`]);
-        } catch {
-          return undefined;
-        }
-      };
-      writeFileSync(target, git(gitDir, ["show", `${commit}:${upstream}`]));
-    }
-    const source = readFileSync(target, "utf8");
-    origin.sha256 = createHash("sha256").update(source).digest("hex");
-    if (suite === "bun") {
-      origin.fixtures = {};
-      for (const name of siblingsNamed(source)) {
-        const bytes = read(name);
-        if (bytes) writeFileSync(join(dir, name), bytes);
-        origin.fixtures[name] = bytes ? "copied" : "missing";
-      }
-    }
-    writeFileSync(join(dir, "SOURCE.json"), JSON.stringify(origin, null, 2) + "\n");
-  }
-  if (!existsSync(target)) return undefined;
-  // The stand-ins, fresh on every run (they are this repository's code).
-  if (suite === "deno") copyFileSync(join(standIns, "test_util.ts"), join(dir, "test_util.ts"));
-  else {
-    const harness = join(dir, "node_modules", "harness");
-    mkdirSync(harness, { recursive: true });
-    copyFileSync(join(standIns, "harness.ts"), join(harness, "index.ts"));
-    writeFileSync(join(harness, "package.json"), '{ "name": "harness", "type": "module", "main": "index.ts" }\n');
-  }
-  return target;
-}
-
-function sourceNote(suite) {
-  const path = join(cache, suite, "SOURCE.json");
-  if (!existsSync(path)) return "";
-  const origin = JSON.parse(readFileSync(path, "utf8"));
-  const where = origin.commit ? `${origin.from} at ${origin.ref} (${origin.commit})` : origin.from;
-  return `${where}, sha256 ${origin.sha256.slice(0, 16)}`;
-}
-
-// --- Reading the test files -------------------------------------------------------------------------------
-
-/**
- * The source with the contents of strings, template literals (but not their `${}` expressions), comments
- * and regular expression literals blanked out, offsets and line breaks kept: code to search and to match
- * brackets in, where code inside a string (a fixture a child process runs) does not count.
- */
-function codeOnly(src) {
-  const out = src.split("");
-  const blank = (from, to) => {
-    for (let k = from; k < to; k++) if (out[k] !== "\n") out[k] = " ";
-  };
-  const templates = []; // brace depth at which each open `${` returns to its template
-  let depth = 0;
-  let last = ""; // the last significant code character, to tell a regex from a division
-  let i = 0;
-  const template = () => {
-    // at the first character inside a template literal; stops after its closing ` or at a `${`
-    const start = i;
-    while (i < src.length) {
-      if (src[i] === "\\") i += 2;
-      else if (src[i] === "`") {
-        blank(start, i);
-        i++;
-        last = "`";
-        return;
-      } else if (src[i] === "$" && src[i + 1] === "{") {
-        blank(start, i);
-        i += 2;
-        templates.push(depth);
-        depth++;
-        last = "{";
-        return;
-      } else i++;
-    }
-  };
-  while (i < src.length) {
-    const c = src[i];
-    if (c === "/" && src[i + 1] === "/") {
-      const end = src.indexOf("\n", i);
-      blank(i, end < 0 ? src.length : end);
-      i = end < 0 ? src.length : end;
-    } else if (c === "/" && src[i + 1] === "*") {
-      const end = src.indexOf("*/", i + 2) + 2;
-      blank(i, end);
-      i = end;
-    } else if (c === '"' || c === "'") {
-      const start = i++;
-      while (i < src.length && src[i] !== c && src[i] !== "\n") i += src[i] === "\\" ? 2 : 1;
-      blank(start + 1, i);
-      i++;
-      last = c;
-    } else if (c === "`") {
-      i++;
-      template();
-    } else if (c === "/" && (last === "" || "(,=:[!&|?{};+-*%<>~^".includes(last))) {
-      const start = i++;
-      let inClass = false;
-      while (i < src.length && src[i] !== "\n" && (inClass || src[i] !== "/")) {
-        if (src[i] === "\\") i++;
-        else if (src[i] === "[") inClass = true;
-        else if (src[i] === "]") inClass = false;
-        i++;
-      }
-      blank(start + 1, i);
-      i++;
-      last = "/";
-    } else {
-      if (c === "{") depth++;
-      else if (c === "}") {
-        depth--;
-        if (templates.length > 0 && templates[templates.length - 1] === depth) {
-          templates.pop();
-          i++;
-          template();
-          continue;
-        }
-      }
-      if (!/\s/.test(c)) last = c;
-      i++;
-    }
-  }
-  return out.join("");
-}
-
-/** The offset of the bracket closing the one at `open`, in code from codeOnly(). */
-function closing(code, open) {
-  let depth = 0;
-  for (let i = open; i < code.length; i++) {
-    if ("([{".includes(code[i])) depth++;
-    else if (")]}".includes(code[i]) && --depth === 0) return i;
-  }
-  return code.length;
-}
-
-const lineAt = (src, offset) => src.slice(0, offset).split("\n").length;
-
-/** Each test call of the file: its line, its source, its code (codeOnly) and the name given literally. */
-function testCalls(src, suite) {
-  const code = codeOnly(src);
-  const pattern = suite === "deno"
-    ? /\bDeno\.test\s*\(/g
-    : /(?<![\w$.])(?:it|test)(?:\.\w+(?:\((?:[^()]|\([^()]*\))*\))?)*\s*\(/g;
-  const calls = [];
-  for (const match of code.matchAll(pattern)) {
-    const open = match.index + match[0].length - 1;
-    const close = closing(code, open);
-    const body = code.slice(open, close + 1);
-    const text = src.slice(open, close + 1);
-    const literal = text.match(/^\(\s*(["'])((?:\\.|(?!\1).)*)\1/);
-    const named = body.match(/\bfunction\s+([\w$]+)\s*\(/);
-    calls.push({
-      line: lineAt(src, match.index),
-      name: literal ? literal[2] : named ? named[1] : undefined,
-      body,
-    });
-  }
-  return calls;
-}
-
-/** The test call a reported line belongs to: the last one starting at or before it. */
-function callAt(calls, line) {
-  let found;
-  for (const call of calls) if (call.line <= line) found = call;
-  return found;
-}
-
-function exclusionOf(suite, call) {
-  if (!call) return undefined;
-  if (suite === "deno") {
-    if (/\.outputSync\s*\(/.test(call.body)) return "calls outputSync() (spawnpool's throws by design)";
-    if (!/\bDeno\.Command\b/.test(call.body)) {
-      return "never constructs Deno.Command (Deno.spawn / Deno.spawnAndWait[Sync], untouched by the swap)";
-    }
-    return undefined;
-  }
-  if (/\bspawnSync\s*\(/.test(call.body) && !/(?<![\w$])spawn\s*\(/.test(call.body)) {
-    return "calls spawnSync only (Bun.spawnSync stays native)";
-  }
-  return undefined;
-}
-
-// --- JUnit reports ------------------------------------------------------------------------------------------
-
-const unescapeXml = (s) =>
-  s.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&quot;/g, '"').replace(/&apos;/g, "'")
-    .replace(/&#(\d+);/g, (_, n) => String.fromCharCode(Number(n))).replace(/&amp;/g, "&");
-
-const attr = (tag, name) => {
-  const m = tag.match(new RegExp(`\\s${name}="([^"]*)"`));
-  return m ? unescapeXml(m[1]) : undefined;
-};
-
-/**
- * The testcases of a JUnit report, in order: { name (with the enclosing suites' names, " > " between),
- * line, status "pass" | "fail" | "skip", error (the first line of the failure) }.
- */
-function parseJunit(xml) {
-  const cases = [];
-  const suites = [];
-  const tags = /<(\/?)(testsuites|testsuite|testcase|failure|error|skipped)\b([^>]*?)(\/?)>/g;
-  let current;
-  for (const m of xml.matchAll(tags)) {
-    const [, end, tag, attrs, selfClosing] = m;
-    if (tag === "testsuite") {
-      if (end) suites.pop();
-      else if (!selfClosing) suites.push(attr(attrs, "name"));
-    } else if (tag === "testcase") {
-      if (end) current = undefined;
-      else {
-        // The outermost testsuite is the file.
-        const path = [...suites.slice(1), attr(attrs, "name")];
-        current = { name: path.join(" > "), line: Number(attr(attrs, "line")), status: "pass", error: "" };
-        cases.push(current);
-        if (selfClosing) current = undefined;
-      }
-    } else if (current && !end && (tag === "failure" || tag === "error")) {
-      current.status = "fail";
-      const after = xml.slice(m.index + m[0].length);
-      const text = selfClosing ? "" : unescapeXml(after.slice(0, after.indexOf(`</${tag}>`)));
-      current.error ||= firstLine(text) || attr(attrs, "message") || tag;
-      // What a matcher says under its first line ("Expected substring: ...", "Received function did not
-      // throw"): up to two more lines, stack frames and source excerpts aside.
-      current.detail ??= plain(text).split("\n").slice(1).map((l) => l.trim())
-        .filter((l) => l && !/^(at |\^|\d+ \||throw |const |- |\+ Received)/.test(l)).slice(0, 2).join(" / ")
-        .slice(0, 160);
-    } else if (current && !end && tag === "skipped") current.status = "skip";
-  }
-  return cases;
-}
-
-// deno-lint-ignore no-control-regex
-const plain = (s) => s.replace(/\x1b\[[0-9;]*m/g, "");
-const firstLine = (s) => plain(s).split("\n").map((l) => l.trim()).find(Boolean) ?? "";
 
 // --- Running ------------------------------------------------------------------------------------------------
 
@@ -526,7 +230,7 @@ for (const suite of suites) {
 }
 const prepared = {};
 for (const suite of suites) {
-  const file = prepare(suite);
+  const file = prepare(suite, { cache, standIns, opts });
   if (!file) {
     console.error(
       `No ${SUITES[suite].title} in ${join(cache, suite)}: give --${suite}-test <file> or ` +
@@ -536,7 +240,7 @@ for (const suite of suites) {
   }
   const calls = testCalls(readFileSync(file, "utf8"), suite);
   prepared[suite] = { file, calls };
-  console.log(`${SUITES[suite].title}: ${calls.length} test calls, from ${sourceNote(suite) || file}`);
+  console.log(`${SUITES[suite].title}: ${calls.length} test calls, from ${sourceNote(suite, cache) || file}`);
 }
 const version = (tool) => spawnSync(tool, ["--version"]).stdout.toString().split("\n")[0].trim();
 const versions = { deno: version(deno), bun: `bun ${version(bun)}` };
@@ -586,7 +290,7 @@ for (const suite of suites) {
     "",
     `## ${SUITES[suite].title}`,
     "",
-    `From ${sourceNote(suite) || prepared[suite].file}.`,
+    `From ${sourceNote(suite, cache) || prepared[suite].file}.`,
     "",
     "| run | tests | skipped here | excluded | applicable | native passes | swapped passes among them | " +
       "pass natively, fail swapped |",
