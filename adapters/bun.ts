@@ -9,7 +9,7 @@
 import process from "node:process";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { signalName } from "../core/signals.ts";
+import { exitBySignal } from "../core/signals.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
@@ -105,7 +105,9 @@ export const bunAdapter: Adapter = {
     }
     void proc.exited.then(() => {
       const signal = proc.signalCode;
-      events.exit(proc.exitCode, typeof signal === "number" ? signalName(signal) : signal);
+      if (typeof signal !== "number") return events.exit(proc.exitCode, signal);
+      const exit = exitBySignal(signal); // Bun gives a real-time signal's number, which has no name
+      events.exit(exit.code, exit.signal);
     });
     const stdin = proc.stdin;
     const pid = proc.pid;

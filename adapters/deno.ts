@@ -10,6 +10,7 @@ import { type Adapter, type ByteChannel, LENDING_READ_BYTES, type SpawnedChild, 
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
+import { exitBySignal } from "../core/signals.ts";
 import { killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import {
@@ -240,7 +241,15 @@ export const denoAdapter: Adapter = {
     if (request.stderr === "piped") {
       pumps[2] = new StreamPump(child.stderr, (chunk) => events.data(2, chunk), () => events.end(2));
     }
-    void child.status.then((status) => events.exit(status.signal ? null : status.code, status.signal));
+    void child.status.then(
+      (status) => events.exit(status.signal ? null : status.code, status.signal),
+      (error) => {
+        // Deno rejects the status of a child ended by a signal it has no name for ("Invalid signal: 36").
+        const signal = /Invalid signal: (\d+)/.exec(String((error as Error)?.message))?.[1];
+        const exit = signal === undefined ? { code: 1, signal: null } : exitBySignal(Number(signal));
+        events.exit(exit.code, exit.signal);
+      },
+    );
     const stdin = request.stdin === "piped" ? child.stdin.getWriter() : undefined;
     const pid = child.pid;
     const controls: SpawnedChild = {

@@ -70,6 +70,15 @@ export function exitStatusCode(info: ExitInfo): number {
   return info.signal !== null ? 128 + (signalNumber(info.signal) ?? 0) : info.code ?? 1;
 }
 
+/**
+ * How a child that a signal ended is reported on the wire: by the signal's name, or, for a signal without one (a
+ * real-time signal), as a shell reports it: exit code 128 + its number, no signal. The native worker does the same.
+ */
+export function exitBySignal(signal: number): { code: number | null; signal: string | null } {
+  const name = NAMES[signal];
+  return name === undefined ? { code: 128 + signal, signal: null } : { code: null, signal: name };
+}
+
 /** The number of a signal name; undefined for an unknown name. */
 export function signalNumber(name: string): number | undefined {
   return Object.hasOwn(SIGNALS, name) ? SIGNALS[name] : undefined;

@@ -129,7 +129,7 @@ describe("a local attacker flooding the listener with connections that never aut
         (async () => {
           while (!what.test(said)) await new Promise((r) => setTimeout(r, 10));
         })(),
-        5000,
+        20_000, // a hang guard: a node process starting on a loaded machine can take seconds
         `the flooder never said ${what}: ${said}`,
       );
     try {
