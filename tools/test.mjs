@@ -65,8 +65,8 @@ const steps = [
   {
     name: "bun test",
     cmd: "bun",
-    // bunfig.toml sets the per-test timeout (its preload) for this and the bun run below.
-    args: ["test", ...tests],
+    // The per-test timeout: Bun reads none from bunfig.toml, and a preload's setDefaultTimeout() holds for one file.
+    args: ["test", "--timeout", "30000", ...tests],
     count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
   },
   { name: "node --test", cmd: "node", args: ["--test", ...tests], count: /ℹ pass (\d+)\s*ℹ fail (\d+)/ },
@@ -82,7 +82,7 @@ const steps = [
   {
     name: "bun test tests/node_compat_test.ts and node_extras_test.ts, native workers",
     cmd: "bun",
-    args: ["test", "tests/node_compat_test.ts", "tests/node_extras_test.ts"],
+    args: ["test", "--timeout", "30000", "tests/node_compat_test.ts", "tests/node_extras_test.ts"],
     env: { SPAWNPOOL_COMPAT_WORKERS: "native" },
     count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
   },
