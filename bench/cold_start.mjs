@@ -14,7 +14,8 @@
 // line, when the module was loaded, when the command's output was in, and when the process was gone.
 //
 // Run: `node bench/cold_start.mjs`. Options (env): BENCH_ROUNDS (default 15), BENCH_PHASES (default 5, 0 for none),
-// BENCH_HOSTS (default "node,deno,bun"), BENCH_OTHER (the path of another checkout, its dist/ built: its pool runs in
+// BENCH_PROFILES (CPU profiles of each Node script, default 5, 0 for none), BENCH_HOSTS (default
+// "node,deno,bun"), BENCH_OTHER (the path of another checkout, its dist/ built: its pool runs in
 // the same rounds, rows "(other)", for a before/after comparison). Writes the table to stdout and bench/results/cold_start.md.
 import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -27,6 +28,7 @@ import { bin, buildDist, root } from "../tools/setup.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 15);
 const PHASE_RUNS = countOf("BENCH_PHASES", 5, 0);
+const PROFILE_RUNS = countOf("BENCH_PROFILES", 5, 0);
 const HOSTS = (process.env.BENCH_HOSTS ?? "node,deno,bun").split(",").map((host) => host.trim());
 const LINGER_LIMIT_MS = 3_000;
 
@@ -179,10 +181,10 @@ async function untilGone(sid, since) {
 }
 
 /** Runs a script once; resolves with its wall time, exit time, what it printed and who was left behind. */
-function runOnce(item, file) {
+function runOnce(item, file, runtimeFlags = []) {
   return new Promise((resolve, reject) => {
     const start = performance.timeOrigin + performance.now();
-    const child = spawn(executables[item.host], hostArgs(item.host, file), {
+    const child = spawn(executables[item.host], [...runtimeFlags, ...hostArgs(item.host, file)], {
       stdio: ["ignore", "pipe", "pipe"],
       detached: true,
     });
@@ -284,6 +286,73 @@ if (PHASE_RUNS > 0) {
         `${at((r) => r.wall)} |`,
     );
   }
+}
+
+if (PROFILE_RUNS > 0) {
+  out();
+  out(`## CPU profiles, Node host (${PROFILE_RUNS} runs each, \`--cpu-prof\` every 250 µs, medians of self time, ms)`);
+  out();
+  out("Deno's `run` has no CPU profiler flag, and Bun's profiles do not attribute time to functions usable here. The");
+  out("profiler slows the scripts down: compare the rows with each other, not with the wall times above.");
+  out("Module loading: the runtime's module loader and its built-in modules (resolving, reading, compiling, linking,");
+  out(
+    "their top-level code); spawnpool: functions in its own files; spawn: the runtime's spawn functions (the fork and",
+  );
+  out(
+    "exec of the worker or the command); GC; other JS: the rest of the runtime's JavaScript; native: V8's (program),",
+  );
+  out("the runtime's own start and teardown; idle: waiting (for the command, the worker).");
+  out();
+  const categories = ["module loading", "spawnpool", "spawn", "GC", "other JS", "native", "idle", "total"];
+  out(`| host | script | ${categories.join(" | ")} |`);
+  out(`| ---- | ------ | ${categories.map(() => "---").join(" | ")} |`);
+  for (const item of cases) {
+    if (item.host !== "node" || item.name.startsWith("other")) continue;
+    const totals = [];
+    for (let i = 0; i < PROFILE_RUNS; i++) {
+      const dir = mkdtempSync(join(scratch, "prof-"));
+      await runOnce(item, item.file, ["--cpu-prof", `--cpu-prof-dir=${dir}`, "--cpu-prof-interval=250"]);
+      const file = readdirSync(dir).find((name) => name.endsWith(".cpuprofile"));
+      if (file === undefined) throw new Error(`${item.host} wrote no CPU profile`);
+      totals.push(profileCategories(JSON.parse(readFileSync(join(dir, file), "utf8"))));
+    }
+    out(
+      `| ${item.host} | ${item.name} | ${
+        categories.map((c) => fmt(median(totals.map((t) => t[c] ?? 0)))).join(" | ")
+      } |`,
+    );
+  }
+}
+
+/** A V8 CPU profile's self time (ms) by category (see the table's legend). */
+function profileCategories(profile) {
+  const selfUs = new Map();
+  profile.samples.forEach((id, i) => selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  const totals = {};
+  for (const node of profile.nodes) {
+    const us = selfUs.get(node.id) ?? 0;
+    if (us === 0) continue;
+    const { functionName: name, url } = node.callFrame;
+    const category = name === "(garbage collector)"
+      ? "GC"
+      : name === "(idle)"
+      ? "idle"
+      : name === "(program)" || name === "(root)"
+      ? "native"
+      : url.startsWith(pathToFileURL(root).href) || url.startsWith(root)
+      ? "spawnpool"
+      : /modules\/|bootstrap\/realm|compileForInternalLoader|internal\/modules|^node:internal\/bootstrap/.test(url) ||
+          /^(compileSourceTextModule|compileForInternalLoader|internalBinding|requireBuiltin|moduleEvaluation)$/
+            .test(name) ||
+          (name === "" && url.startsWith("node:")) // a built-in module's top-level code
+      ? "module loading"
+      : /child_process/.test(url) && /^(spawn|_spawn|spawnWith|ChildProcess)/.test(name) || name === "spawn"
+      ? "spawn"
+      : "other JS";
+    totals[category] = (totals[category] ?? 0) + us / 1000;
+    totals.total = (totals.total ?? 0) + us / 1000;
+  }
+  return totals;
 }
 
 function navigatorCores() {
