@@ -10,8 +10,13 @@
 // still in that session is counted ("left at exit"), and the time until none is left is measured ("gone after").
 // Anything still there after 3 s is killed and reported.
 //
+// Probes split the pool's cost: the direct script after importing spawnpool without using it (its module load), after
+// importing only its runtime-neutral core and shapes, and on Deno after importing the node: built-ins that spawnpool's
+// Deno path imports (Deno's Node compatibility layer).
+//
 // Then a few runs of each script with timestamps (BENCH_PHASES, default 5): when the runtime ran the script's first
-// line, when the module was loaded, when the command's output was in, and when the process was gone.
+// line, when the module was loaded, when the command's output was in, and when the process was gone; and CPU profiles
+// of the Node host's scripts, by category.
 //
 // Run: `node bench/cold_start.mjs`. Options (env): BENCH_ROUNDS (default 15), BENCH_PHASES (default 5, 0 for none),
 // BENCH_PROFILES (CPU profiles of each Node script, default 5, 0 for none), BENCH_HOSTS (default
@@ -76,6 +81,16 @@ function scriptsFor(host, from = root) {
     {
       shape: "probe: spawnpool imported, unused",
       script: { ...direct, load: `${command.load}.then(() => ${direct.load})` },
+    },
+    {
+      // The runtime-neutral core and both shapes, without the adapters and the runtime's modules they import.
+      shape: "probe: core modules imported, unused",
+      script: {
+        ...direct,
+        load: `Promise.all(${
+          JSON.stringify(["core/pool", "core/command", "core/subprocess"].map((name) => entry(host, name, from)))
+        }.map((url) => import(url))).then(() => ${direct.load})`,
+      },
     },
   ];
   if (host === "deno") {
