@@ -270,7 +270,13 @@ export class PoolCore implements Scheduler {
    * (SIGTERM: it kills their process groups and exits, as when its channel closes); an idle one is killed.
    */
   #onHostExit(): void {
-    for (const worker of this.#workers) worker.process.kill(worker.inFlight > 0 ? "SIGTERM" : "SIGKILL");
+    for (const worker of this.#workers) {
+      try {
+        worker.process.kill(worker.inFlight > 0 ? "SIGTERM" : "SIGKILL");
+      } catch {
+        // Gone already: nothing thrown from an exit handler may change how the host exits.
+      }
+    }
   }
 
   /** Closes a worker the closing pool no longer wants; the host stays up until it is gone. */
