@@ -10,7 +10,7 @@
  * @module
  */
 
-import { mkdtempSync, rmSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readSync, rmSync } from "node:fs";
 import { connect, createServer, type OnReadOpts, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -65,9 +65,31 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return diff === 0;
 }
 
+/**
+ * `length` random bytes: from /dev/urandom on a Node host, whose first `crypto.getRandomValues` loads all of Node's Web
+ * Crypto (tens of ms, a cost every script that starts a worker would pay: `node bench/cold_start.mjs`); from Web
+ * Crypto on Deno and Bun (where it costs nothing and reading a file may need a permission) or without /dev/urandom.
+ */
+function randomBytes(length: number): Uint8Array {
+  const bytes = new Uint8Array(length);
+  if (!("Deno" in globalThis) && !("Bun" in globalThis)) {
+    try {
+      const fd = openSync("/dev/urandom", "r");
+      try {
+        if (readSync(fd, bytes) === length) return bytes;
+      } finally {
+        closeSync(fd);
+      }
+    } catch {
+      // no /dev/urandom (Windows): Web Crypto
+    }
+  }
+  return crypto.getRandomValues(bytes);
+}
+
 /** A fresh one-time secret. */
 export function newSecret(): Uint8Array {
-  return crypto.getRandomValues(new Uint8Array(SECRET_BYTES));
+  return randomBytes(SECRET_BYTES);
 }
 
 /** The line a host writes to its worker's stdin. */
@@ -80,7 +102,7 @@ export function bootstrapLine(path: string, secret: Uint8Array): string {
  * (`dir`, to remove once connected).
  */
 export function privateSocketPath(abstract: boolean): { path: string; dir?: string } {
-  if (abstract) return { path: `\0spawnpool-${toHex(crypto.getRandomValues(new Uint8Array(16)))}` };
+  if (abstract) return { path: `\0spawnpool-${toHex(randomBytes(16))}` };
   const dir = mkdtempSync(join(tmpdir(), "spawnpool-")); // mkdtemp creates it 0700
   return { path: join(dir, "s"), dir };
 }

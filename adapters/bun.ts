@@ -12,7 +12,6 @@ import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { exitBySignal } from "../core/signals.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
-import { connectFromBootstrap, handshake, listenForWorker } from "./_unix_handshake.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 
 type BunStdio = "pipe" | "inherit" | "ignore";
@@ -32,7 +31,10 @@ export const bunAdapter: Adapter = {
   },
 
   async startWorker(launch) {
-    const pending = launch.channel === "unix" ? await listenForWorker() : undefined;
+    // The unix-socket handshake (and the node:net under it) is loaded only by a start that uses it: a Bun host hands
+    // its workers a socketpair.
+    const unix = launch.channel === "unix" ? await import("./_unix_handshake.ts") : undefined;
+    const pending = unix ? await unix.listenForWorker() : undefined;
     let proc;
     try {
       proc = Bun.spawn({
@@ -49,7 +51,7 @@ export const bunAdapter: Adapter = {
     let channel;
     if (pending) {
       const stdin = proc.stdin as Bun.FileSink;
-      channel = await handshake(pending, {
+      channel = await unix!.handshake(pending, {
         exited,
         sendLine: async (line) => {
           stdin.write(line);
@@ -79,7 +81,11 @@ export const bunAdapter: Adapter = {
   },
 
   connectToHost(kind) {
-    if (kind === "unix") return connectFromBootstrap((path) => bunSocketChannel({ unix: path }));
+    if (kind === "unix") {
+      return import("./_unix_handshake.ts").then((unix) =>
+        unix.connectFromBootstrap((path) => bunSocketChannel({ unix: path }))
+      );
+    }
     return bunSocketChannel({ fd: 3 });
   },
 

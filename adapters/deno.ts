@@ -13,15 +13,18 @@ import { admitRun } from "./_deno_permissions.ts";
 import { exitBySignal } from "../core/signals.ts";
 import { killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
-import {
-  connectFromBootstrap,
-  handshake,
-  newSecret,
-  type PendingWorker,
-  pendingWorker,
-  privateSocketPath,
-  SECRET_BYTES,
-} from "./_unix_handshake.ts";
+import type { PendingWorker } from "./_unix_handshake.ts";
+
+/**
+ * The unix-socket handshake (and node:net and node:fs under it), loaded by the first worker start or connection that
+ * uses it rather than with this adapter, which every host imports (bench/cold_start.mjs).
+ */
+let unixModule: typeof import("./_unix_handshake.ts") | undefined;
+
+async function loadUnix(): Promise<typeof import("./_unix_handshake.ts")> {
+  unixModule ??= await import("./_unix_handshake.ts");
+  return unixModule;
+}
 
 /**
  * A {@linkcode ByteChannel} over a `Deno.Conn`; `initial` holds bytes read past the handshake. It reads
@@ -84,6 +87,7 @@ function closeQuietly(conn: Deno.Conn): void {
 async function readSecret(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint8Array }> {
   const chunks: Uint8Array[] = [];
   let total = 0;
+  const { SECRET_BYTES } = unixModule!;
   while (total < SECRET_BYTES) {
     const buffer = new Uint8Array(4096); // the secret is 32 bytes; what follows it is read by the channel
     const n = await conn.read(buffer);
@@ -100,6 +104,7 @@ async function readSecret(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Ui
  * close-on-exec), so the Deno host listens with `Deno.listen`, whose sockets are not.
  */
 function listenForWorker(): PendingWorker {
+  const { newSecret, pendingWorker, privateSocketPath } = unixModule!;
   const { path, dir } = privateSocketPath(Deno.build.os === "linux");
   let listener: Deno.UnixListener;
   try {
@@ -159,6 +164,7 @@ export const denoAdapter: Adapter = {
   },
 
   async startWorker(launch) {
+    const { handshake } = await loadUnix();
     const pending = listenForWorker();
     let child: Deno.ChildProcess;
     try {
@@ -204,8 +210,10 @@ export const denoAdapter: Adapter = {
   connectToHost(kind) {
     // Deno's spawn would leak an inherited fd 3 into every command, so a Deno worker always uses "unix".
     if (kind !== "unix") return Promise.reject(new Error(`A Deno worker cannot use the "${kind}" channel`));
-    return connectFromBootstrap(async (path) =>
-      connChannel(await Deno.connect({ transport: "unix", path }), new Uint8Array(0))
+    return loadUnix().then(({ connectFromBootstrap }) =>
+      connectFromBootstrap(async (path) =>
+        connChannel(await Deno.connect({ transport: "unix", path }), new Uint8Array(0))
+      )
     );
   },
 

@@ -5,20 +5,36 @@
  * @module
  */
 
-import { type ChildProcess, spawn } from "node:child_process";
-import { Socket } from "node:net";
+import type { ChildProcess } from "node:child_process";
 import process from "node:process";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
-import { lendingSocketChannel, socketChannel } from "./_socket_channel.ts";
-import {
-  connectedPair,
-  connectFromBootstrap,
-  handshake,
-  listenForWorker,
-  openSocketChannel,
-} from "./_unix_handshake.ts";
+
+/**
+ * The modules that only starting a worker or a command needs, loaded by the first of them rather than with this
+ * adapter: every host imports it (a Node worker's arguments come from here), and a Bun or Deno host that never starts
+ * a Node worker would otherwise load node:child_process and node:net for nothing (on Bun about half of spawnpool's
+ * module load: bench/cold_start.mjs).
+ */
+interface Modules {
+  childProcess: typeof import("node:child_process");
+  net: typeof import("node:net");
+  channels: typeof import("./_socket_channel.ts");
+  unix: typeof import("./_unix_handshake.ts");
+}
+let modules: Modules | undefined;
+
+async function loadModules(): Promise<Modules> {
+  const [childProcess, net, channels, unix] = await Promise.all([
+    import("node:child_process"),
+    import("node:net"),
+    import("./_socket_channel.ts"),
+    import("./_unix_handshake.ts"),
+  ]);
+  modules = { childProcess, net, channels, unix };
+  return modules;
+}
 
 type NodeStdio = "pipe" | "inherit" | "ignore";
 
@@ -89,6 +105,8 @@ export const nodeAdapter: Adapter = {
   },
 
   async startWorker(launch) {
+    const { childProcess: { spawn }, channels: { lendingSocketChannel }, unix } = modules ?? await loadModules();
+    const { connectedPair, handshake, listenForWorker } = unix;
     const pending = launch.channel === "unix" ? await listenForWorker() : undefined;
     // The fd 3 channel: one end goes to the worker, the host reads the other into one reused buffer.
     const lending = pending ? undefined : lendingSocketChannel();
@@ -138,12 +156,14 @@ export const nodeAdapter: Adapter = {
     };
   },
 
-  connectToHost(kind) {
-    if (kind === "unix") return connectFromBootstrap(openSocketChannel);
-    return Promise.resolve(socketChannel(new Socket({ fd: 3, readable: true, writable: true })));
+  async connectToHost(kind) {
+    const { net, channels, unix } = modules ?? await loadModules();
+    if (kind === "unix") return unix.connectFromBootstrap(unix.openSocketChannel);
+    return channels.socketChannel(new net.Socket({ fd: 3, readable: true, writable: true }));
   },
 
   async spawn(request, events) {
+    const { spawn } = (modules ?? await loadModules()).childProcess;
     collectBeforeFork();
     // Node throws most spawn errors here and reports a few as 'error' (`whenSpawned`): both reject this call.
     const child = spawn(request.cmd, request.args, {

@@ -157,6 +157,22 @@ function nativeDefaultAllowed(host: RuntimeName): boolean {
 
 let cached: Platform | undefined;
 
+/** What runs when the process exits: one listener on the process for every pool. */
+const exitHandlers = new Set<() => void>();
+
+function onExit(handler: () => void): () => void {
+  if (exitHandlers.size === 0) process.once("exit", runExitHandlers);
+  exitHandlers.add(handler);
+  return () => {
+    exitHandlers.delete(handler);
+    if (exitHandlers.size === 0) process.off("exit", runExitHandlers);
+  };
+}
+
+function runExitHandlers(): void {
+  for (const handler of exitHandlers) handler();
+}
+
 /** The platform of the current process. */
 export function currentPlatform(): Platform {
   if (cached !== undefined) return cached;
@@ -166,6 +182,7 @@ export function currentPlatform(): Platform {
     host: adapterFor(runtime),
     cores: navigator.hardwareConcurrency ?? 2,
     preflight,
+    onExit,
     nativeAvailable: () => nativeDefaultAllowed(runtime) && findNativeWorker() !== undefined,
     launch(workerRuntime: WorkerRuntime, execPath: string | undefined): WorkerLaunch {
       if (workerRuntime === "native") {

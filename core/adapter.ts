@@ -240,4 +240,9 @@ export interface Platform {
    * workers, and falls back to the host's runtime if the first does not say hello. Checked once per process.
    */
   nativeAvailable?(): boolean;
+  /**
+   * Calls `handler` when the host process exits (synchronously, as it goes); returns what stops that. Without it a
+   * pool's workers still go when the host does, once they see their channel close.
+   */
+  onExit?(handler: () => void): () => void;
 }

@@ -98,6 +98,8 @@ export class PoolCore implements Scheduler {
   /** Why the last start failed, until the waiters have heard it. */
   #startError: SpawnPoolError | undefined;
   #readyWaiters: Array<{ resolve: () => void; reject: (error: unknown) => void }> = [];
+  /** Stops the host-exit hook, while this pool has one (from its first worker until it closes). */
+  #unhookExit: (() => void) | undefined;
 
   /**
    * Creates a pool; no worker starts until the first request or {@linkcode PoolCore.ready}.
@@ -140,7 +142,7 @@ export class PoolCore implements Scheduler {
    */
   async ready(): Promise<void> {
     this.#assertOpen();
-    this.#fill();
+    this.#fill(this.#size);
     if (this.#ready.length >= this.#size) return;
     await new Promise<void>((resolve, reject) => this.#readyWaiters.push({ resolve, reject }));
   }
@@ -161,12 +163,13 @@ export class PoolCore implements Scheduler {
       execution.reject(poolClosed(execution.request.cmd));
       return;
     }
-    this.#fill();
     const worker = this.#pick();
     if (worker !== undefined) {
       this.#assign(execution, worker);
+      if (worker.inFlight > 1) this.#fill(); // every ready worker was busy: one more, up to the size
       return;
     }
+    this.#fill(this.#demand + 1); // counting this request, queued or refused
     if (this.#queue.length >= this.#maxQueue) {
       execution.reject(
         new SpawnPoolError("ERR_QUEUE_FULL", `Pool queue is full (maxQueue ${this.#maxQueue})`, {
@@ -230,6 +233,23 @@ export class PoolCore implements Scheduler {
       await Promise.allSettled([...this.#starts]);
     }
     await Promise.all(this.#exits);
+    this.#unhookExit?.();
+    this.#unhookExit = undefined;
+  }
+
+  /**
+   * The host is exiting: its workers go with it, now rather than once the runtime has torn down and their channel
+   * closes, so that none outlives the host's process. A worker running commands (unref'd ones) is asked to stop
+   * (SIGTERM: it kills their process groups and exits, as when its channel closes); an idle one is killed.
+   */
+  #onHostExit(): void {
+    for (const worker of this.#workers) {
+      try {
+        worker.process.kill(worker.inFlight > 0 ? "SIGTERM" : "SIGKILL");
+      } catch {
+        // Gone already: nothing thrown from an exit handler may change how the host exits.
+      }
+    }
   }
 
   /** Closes a worker the closing pool no longer wants; the host stays up until it is gone. */
@@ -257,11 +277,23 @@ export class PoolCore implements Scheduler {
     worker.send(Frame.Spawn, execution.id, execution.payload);
   }
 
-  #fill(): void {
+  /**
+   * The workers wanted now: every one while `ready()` waits, else one per request in flight or queued, up to the
+   * size. A script that runs one command starts one worker; a burst of requests starts them all.
+   */
+  get #demand(): number {
+    if (this.#readyWaiters.length > 0) return this.#size;
+    let requests = this.#queue.length;
+    for (const worker of this.#workers) requests += worker.inFlight;
+    return requests;
+  }
+
+  /** Starts workers until `wanted` (at most the size) are running or starting. */
+  #fill(wanted: number = this.#demand): void {
     if (this.#closed) return;
     // Counted once: a start can fail before its first await (no runtime on PATH) and free its place at once; a
     // loop that counted again would start it again, forever, without ever yielding.
-    const missing = this.#size - this.#workers.length - this.#starting;
+    const missing = Math.min(this.#size, wanted) - this.#workers.length - this.#starting;
     for (let i = 0; i < missing; i++) {
       const start = this.#startOne();
       this.#starts.add(start);
@@ -340,6 +372,7 @@ export class PoolCore implements Scheduler {
       }
       this.#workers.push(handle);
       this.#started++;
+      this.#unhookExit ??= this.#platform.onExit?.(() => this.#onHostExit());
       return handle;
     } finally {
       this.#starting--;
