@@ -90,10 +90,18 @@ const run = await spawner();
 if (run === undefined) {
   await clusterPrimary();
 } else {
-  const respond = async (path: string): Promise<Response> => {
+  // Exits on SIGTERM (bench/http.mjs stops a server so), rather than being killed by it: a runtime's CPU profiler
+  // (`node --cpu-prof`, `bun --cpu-prof`) writes its profile only on exit.
+  process.once("SIGTERM", () => process.exit(0));
+  /** The status and body of a response to `path`. */
+  const answer = async (path: string): Promise<[number, Uint8Array<ArrayBuffer>]> => {
     const command = commands[path];
-    if (command === undefined) return new Response("not found", { status: 404 });
-    return new Response((await run(...command)) as Uint8Array<ArrayBuffer>);
+    if (command === undefined) return [404, new TextEncoder().encode("not found")];
+    return [200, (await run(...command)) as Uint8Array<ArrayBuffer>];
+  };
+  const respond = async (path: string): Promise<Response> => {
+    const [status, body] = await answer(path);
+    return new Response(body, { status });
   };
   const ready = (port: number) => console.log(`listening ${port} ${workers}`);
   if (HOST === "deno") {
@@ -105,10 +113,11 @@ if (run === undefined) {
     const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: (req) => respond(new URL(req.url).pathname) });
     ready(server.port!);
   } else {
+    // node:http's own way, as its users write it: no web Response (undici's would copy the body twice more).
     const server = createServer(async (req, res) => {
-      const response = await respond(req.url ?? "/");
-      res.writeHead(response.status);
-      res.end(new Uint8Array(await response.arrayBuffer()));
+      const [status, body] = await answer(req.url ?? "/");
+      res.writeHead(status);
+      res.end(body);
     });
     // A cluster worker's listen(0) gets the port its primary shares among all of them.
     server.listen(0, "127.0.0.1", () => mode !== "cluster" && ready((server.address() as { port: number }).port));
