@@ -228,6 +228,7 @@ function startServer(server) {
         resolve({ pid: child.pid, port: Number(match[1]), stop });
       }
     });
+    child.on("error", (error) => reject(new Error(`${server.name} server did not start: ${error.message}`)));
     child.on("exit", (code) => reject(new Error(`${server.name} server exited (${code})`)));
   });
 }
