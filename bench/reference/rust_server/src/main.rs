@@ -16,7 +16,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::process::Command;
 
-async fn respond(cat_file: Arc<String>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn respond(
+    cat_file: Arc<String>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let (cmd, args): (&str, Vec<&str>) = match req.uri().path() {
         "/echo" => ("echo", vec!["hi"]),
         "/cat" => ("cat", vec![cat_file.as_str()]),
@@ -45,16 +48,24 @@ fn status(code: StatusCode, text: String) -> Response<Full<Bytes>> {
 
 #[tokio::main]
 async fn main() {
-    let cat_file = Arc::new(std::env::var("BENCH_CAT_FILE").unwrap_or_else(|_| "/etc/hostname".into()));
+    let cat_file =
+        Arc::new(std::env::var("BENCH_CAT_FILE").unwrap_or_else(|_| "/etc/hostname".into()));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    println!("listening {}", listener.local_addr().expect("address").port());
+    println!(
+        "listening {}",
+        listener.local_addr().expect("address").port()
+    );
     std::io::stdout().flush().expect("stdout");
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
         let cat_file = cat_file.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| respond(cat_file.clone(), req));
-            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }
