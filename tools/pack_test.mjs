@@ -54,6 +54,8 @@ const code: number = await proc.exited;
 const { stdout } = await promisify(execFile)("echo", ["node shape"]);
 const viaDefault = new TextDecoder().decode((await new Command("echo", { args: ["default"] }).output()).stdout);
 const fromSpawn = await new Response(spawn(["echo", "spawn"]).stdout).text();
+// Workers start as requests need them (here one at a time); ready() starts the pool's full size.
+await pool.ready();
 const workers = pool.stats().workers.length;
 console.log(JSON.stringify([new TextDecoder().decode(out.stdout), text, code, stdout, viaDefault, fromSpawn, workers]));
 // What the pool runs: its worker runtime, and the executable of its first worker.
