@@ -65,12 +65,19 @@ const MAX_BUFFER = 1024 * 1024;
 
 /** Creates `spawn`, `execFile` and `exec` that run commands through `scheduler()`. */
 export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
-  /** `spawn`, and for execFile what an abort sends (`spec.killSignal` when undefined). */
-  function spawnWith(file: unknown, args: unknown, options: unknown, abortSignal?: string) {
+  /**
+   * `spawn`, and for execFile what an abort sends (`spec.killSignal` when undefined) and the pool's backstop: a
+   * timeout (ms, already checked by execFile) after which the pool SIGKILLs the command's group.
+   */
+  function spawnWith(file: unknown, args: unknown, options: unknown, abortSignal?: string, backstop = 0) {
     const spec = normalizeSpawn(file, args, options);
     if (typeof spec === "string") {
       warnNative(spec);
       return native.spawn(file as string, args as string[], options as native.SpawnOptions);
+    }
+    if (backstop > 0) {
+      spec.timeout = backstop;
+      spec.killSignal = "SIGKILL";
     }
     return new ChildProcess(scheduler(), spec, abortSignal);
   }
@@ -124,23 +131,22 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       throw outOfRange("options.maxBuffer", "a positive number", o.maxBuffer);
     }
     const killSignal = killSignalOf(o.killSignal, "options.killSignal") ?? "SIGTERM";
-    const child = spawnWith(file, args, {
+    // The timeout is this function's own timer (below), as in Node; the pool's is only a backstop, SIGKILL to the
+    // process group if the command still runs 5 s after that timer signalled it. (With it the request asks for a
+    // process group of the command's own, which the timer signals.) A timeout within 5 s of MAX_TIMER_MS, over 24
+    // days, gets a backstop of MAX_TIMER_MS, which may then come first.
+    const backstop = timeout > 0 ? Math.min(timeout + DEFAULT_FORCE_KILL_AFTER_DELAY, MAX_TIMER_MS) : 0;
+    const spawnOptions = {
       cwd: o.cwd,
       env: o.env,
       gid: o.gid,
       uid: o.uid,
       shell: o.shell,
       signal: o.signal,
-      // The timeout is this function's own timer (below), as in Node; the pool's is only a backstop, SIGKILL to
-      // the process group if the command still runs 5 s after that timer signalled it. (With it the request asks
-      // for a process group of the command's own, which the timer signals.)
-      // (A timeout within 5 s of MAX_TIMER_MS, over 24 days, gets a backstop of MAX_TIMER_MS, which may then
-      // come first.)
-      timeout: timeout > 0 ? Math.min(timeout + DEFAULT_FORCE_KILL_AFTER_DELAY, MAX_TIMER_MS) : 0,
-      killSignal: "SIGKILL",
       windowsHide: !!o.windowsHide,
       windowsVerbatimArguments: !!o.windowsVerbatimArguments,
-    }, "SIGTERM") as ChildProcess;
+    };
+    const child = spawnWith(file, args, spawnOptions, "SIGTERM", backstop) as ChildProcess;
     const done = callback as ExecCallback | undefined;
     const encoding = o.encoding !== "buffer" && typeof o.encoding === "string" && Buffer.isEncoding(o.encoding)
       ? o.encoding
