@@ -30,6 +30,7 @@ import process from "node:process";
 import { pathToFileURL } from "node:url";
 import { countOf, median } from "../support/fixture.mjs";
 import { bin, buildDist, root } from "../support/setup.mjs";
+import { inSession } from "../support/session.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 15);
 const PHASE_RUNS = countOf("BENCH_PHASES", 5, 0);
@@ -168,22 +169,6 @@ for (const host of HOSTS) {
       });
     }
   }
-}
-
-/** The processes (not zombies) in session `sid`, from /proc. */
-function inSession(sid) {
-  const found = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (fields[0] !== "Z" && Number(fields[3]) === sid) found.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found;
 }
 
 /** Polls until session `sid` is empty; resolves with the ms since `since`. What is left after the limit is killed. */

@@ -6,26 +6,10 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 import { Pool } from "../mod.ts";
 import { fixture, hostArgv, withTimeout } from "./_helpers.ts";
-
-/** The live (not zombie) processes of session `sid`, from /proc. */
-function inSession(sid: number): number[] {
-  const found: number[] = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (fields[0] !== "Z" && Number(fields[3]) === sid) found.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found;
-}
+import { inSession } from "../support/session.mjs";
 
 /**
  * Runs the one-command fixture in a session of its own; resolves once it exited and its output closed, with what it
