@@ -16,7 +16,8 @@
  *   more than three pipes) makes that one call use the runtime's `node:child_process`, with a one-time
  *   `SPAWNPOOL_NATIVE_FALLBACK` process warning. Another pooled child's `stdout` as `stdio[0]` (or its `stdin`
  *   as `stdio[1]`/`[2]`) stays in the pool: the host carries the bytes.
- * - `new ChildProcess()` throws `ERR_METHOD_NOT_IMPLEMENTED`: children come from `spawn`, `execFile`, `exec`.
+ * - `new ChildProcess()` is a child with no command, as in Node, but its `spawn(options)` throws
+ *   `ERR_METHOD_NOT_IMPLEMENTED`: children that run come from `spawn`, `execFile`, `exec`.
  * - Stdin `'inherit'` reads nothing (workers have no terminal to share); stdout and stderr `'inherit'` write
  *   to the host's.
  * - `timeout` sends `killSignal` to the command's whole process group, and SIGKILL 5 s later if it still runs.

@@ -13,10 +13,20 @@
 //                                                     only a URL needs the network (a blobless clone)
 //   --runs N (default 1)  --jobs N (default 2)  --timeout S (default 60, per file and mode)
 //   --filter TEXT (only files whose name contains it)  --out FILE
-//   npm run compat -- --client tinyexec [--from-git <git dir or URL>] [--runs N]
+//   npm run compat -- --client tinyexec|execa|zx [--from-git <git dir or URL>] [--ref <rev>] [--runs N]
+//                     [--log PREFIX] [--no-build]
 //                                                     a client library's own test suite instead, plain and with the
-//                                                     preload: its source from git (default: its GitHub URL, which
-//                                                     needs the network), its dev dependencies from npm (network)
+//                                                     preload: its source from git at the release pinned in CLIENTS
+//                                                     (default: its GitHub URL, which needs the network), its dev
+//                                                     dependencies from npm (network), built as the library builds
+//                                                     itself; the suite runs with the runner it uses (node:test for
+//                                                     tinyexec and zx, ava for execa), whose summary gives the counts.
+//                                                     --log writes each mode's whole output to PREFIX.<mode>.txt;
+//                                                     --no-build runs on dist/ as it is (another run is using it).
+//                                                     execa's suite takes about 15 min per mode here, zx's 3 to 5.
+//                                                     Some of their tests need the network (zx: npm and JSR
+//                                                     registries, fetch; execa: get-node) and fail without it, in
+//                                                     both modes.
 //
 // Getting a test/ folder: `git clone --depth 1 --branch v24.12.0 https://github.com/nodejs/node` (large), or
 // `git clone https://github.com/denoland/node_test` and pick the commit "Track Node.js 24.x".
@@ -24,7 +34,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
-import { parseArgs } from "node:util";
+import { parseArgs, stripVTControlCharacters } from "node:util";
 import { runGrouped } from "./_run_grouped.mjs";
 import { bin, buildDist, root } from "../support/setup.mjs";
 
@@ -32,13 +42,15 @@ const { values: opts } = parseArgs({
   options: {
     "node-tests": { type: "string" },
     "from-git": { type: "string" },
-    ref: { type: "string", default: "HEAD" },
+    ref: { type: "string" },
     runs: { type: "string", default: "1" },
     jobs: { type: "string", default: "2" },
     timeout: { type: "string", default: "60" },
     filter: { type: "string", default: "" },
     out: { type: "string", default: join(root, "bench", "results", "latest.compat.md") },
     client: { type: "string" },
+    log: { type: "string" },
+    "no-build": { type: "boolean", default: false },
   },
 });
 const cache = join(root, ".cache", "compat");
@@ -55,7 +67,7 @@ function testsFolder() {
     process.exit(2);
   }
   const gitDir = gitDirOf(opts["from-git"]);
-  const commit = git(gitDir, ["rev-parse", `${opts.ref}^{commit}`]).trim();
+  const commit = git(gitDir, ["rev-parse", `${opts.ref ?? "HEAD"}^{commit}`]).trim();
   const dir = join(cache, `node-tests-${commit.slice(0, 12)}`);
   if (!existsSync(join(dir, "test", "common"))) extract(gitDir, commit, dir);
   return join(dir, "test");
@@ -171,26 +183,82 @@ async function runAll(testDir, names) {
   return results;
 }
 
-/** Client libraries whose own suites run the same way: how to build them and run their tests with `node`. */
-const CLIENTS = {
-  tinyexec: { url: "https://github.com/tinylibs/tinyexec", build: ["npx", "tsc"], test: ["--test", "lib/test/*.js"] },
+/**
+ * How a client's test runner reports: the counts and the names of the failing tests, read from its output.
+ * `node:test`: the spec reporter's summary (`ℹ pass N`, `✖ failing tests:`). `ava`: its TAP reporter (`--tap`).
+ */
+const RUNNERS = {
+  "node:test": (output) => {
+    const count = (what) => Number(output.match(new RegExp(`^ℹ ${what} (\\d+)`, "m"))?.[1] ?? NaN);
+    const failing = output.split("✖ failing tests:")[1] ?? "";
+    const failed = [...failing.matchAll(/^\s*✖ (.+?) \([\d.]+ms\)$/gm)].map((m) => m[1]);
+    return { tests: count("tests"), pass: count("pass"), fail: count("fail"), failed };
+  },
+  ava: (output) => {
+    const count = (what) => Number(output.match(new RegExp(`^# ${what} (\\d+)`, "m"))?.[1] ?? NaN);
+    const failed = [...output.matchAll(/^not ok \d+ - (.+?)(?: # .*)?$/gm)].map((m) => m[1]);
+    return { tests: count("tests"), pass: count("pass"), fail: count("fail"), failed };
+  },
 };
 
-/** A client's source at `--ref`, extracted into the cache, its dev dependencies installed and built. */
+/**
+ * Client libraries whose own suites run the same way: where their source is (`ref`: the pinned release), dev
+ * dependencies pinned to another version than their package.json asks (`pin`), how to build them, and their test
+ * command as `node` arguments with the runner that reads its output.
+ */
+const CLIENTS = {
+  tinyexec: {
+    url: "https://github.com/tinylibs/tinyexec",
+    build: [["npx", "tsc"]],
+    runner: "node:test",
+    test: ["--test", "lib/test/*.js"],
+  },
+  // execa's `npm run unit` is `c8 --merge-async ava`: the same ava run, without the coverage. Its suite fails any
+  // file that emits a process warning, so the drop-in's SPAWNPOOL_NATIVE_FALLBACK warning is muted (by the preload).
+  execa: {
+    url: "https://github.com/sindresorhus/execa",
+    ref: "v10.0.1",
+    // ava 8.0.2 and later need a cbor2 that the npm registry reached here does not have.
+    pin: { ava: "8.0.1" },
+    build: [],
+    runner: "ava",
+    test: ["node_modules/ava/entrypoints/cli.js", "--tap"],
+    env: { SPAWNPOOL_COMPAT_MUTE_FALLBACK: "1" },
+  },
+  // zx's `npm run test:unit`, on its build (`npm run build`: esbuild bundles and tsc declarations), with the
+  // FORCE_COLOR its CI sets (its log tests expect colours).
+  zx: {
+    url: "https://github.com/google/zx",
+    ref: "8.8.5",
+    build: [["npm", "run", "build"]],
+    runner: "node:test",
+    // --test-force-exit: a command the suite fails to kill with the drop-in (its pid is not known yet) would keep
+    // the run from ending after its last test.
+    test: ["--experimental-transform-types", "--test-force-exit", "test/all.test.js"],
+    env: { FORCE_COLOR: "3", NO_COLOR: undefined },
+  },
+};
+
+/** A client's source at its pinned ref (or `--ref`), extracted into the cache, its dev dependencies installed, built. */
 function prepareClient(name) {
   const client = CLIENTS[name];
   if (!client) throw new Error(`Unknown client ${name}; known: ${Object.keys(CLIENTS).join(", ")}`);
   const gitDir = gitDirOf(opts["from-git"] ?? client.url);
-  const commit = git(gitDir, ["rev-parse", `${opts.ref}^{commit}`]).trim();
+  const commit = git(gitDir, ["rev-parse", `${opts.ref ?? client.ref ?? "HEAD"}^{commit}`]).trim();
   const dir = join(cache, `${name}-${commit.slice(0, 12)}`);
   if (!existsSync(join(dir, ".built"))) {
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { recursive: true });
     const untar = spawnSync("tar", ["-x", "-C", dir], { input: git(gitDir, ["archive", commit], "") });
     if (untar.status !== 0) throw new Error(`tar exited with ${untar.status}`);
+    if (client.pin) {
+      const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+      Object.assign(manifest.devDependencies, client.pin);
+      writeFileSync(join(dir, "package.json"), JSON.stringify(manifest, null, 2) + "\n");
+    }
     console.log(`Installing ${name}'s dev dependencies from npm (network) in ${dir}`);
     const env = { ...process.env, PATH: `${bin}:${process.env.PATH}` };
-    for (const [cmd, ...args] of [["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts"], client.build]) {
+    for (const [cmd, ...args] of [["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts"], ...client.build]) {
       const step = spawnSync(cmd, args, { cwd: dir, env, stdio: "inherit" });
       if (step.status !== 0) throw new Error(`${cmd} ${args.join(" ")} exited with ${step.status}`);
     }
@@ -199,21 +267,21 @@ function prepareClient(name) {
   return { dir, commit, client };
 }
 
-/** Runs a client's suite in one mode; the counts and failing test names from node --test's summary. */
+/** Runs a client's suite in one mode; the counts and failing test names, as its runner reports them. */
 function runClient({ dir, client }, mode) {
   const args = mode === "drop-in" ? ["--import", join(root, "tools", "compat_redirect.mjs")] : [];
   const result = spawnSync(node, [...args, ...client.test], {
     cwd: dir,
-    env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "" },
+    env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "", ...client.env },
     encoding: "utf8",
-    timeout: 10 * 60_000,
+    maxBuffer: 1 << 28,
+    timeout: 60 * 60_000,
     killSignal: "SIGKILL",
   });
-  const output = `${result.stdout}${result.stderr}`;
-  const count = (what) => Number(output.match(new RegExp(`^ℹ ${what} (\\d+)`, "m"))?.[1] ?? NaN);
-  const failing = output.split("✖ failing tests:")[1] ?? "";
-  const failed = [...failing.matchAll(/^✖ (.+?) \([\d.]+ms\)$/gm)].map((m) => m[1]);
-  return { tests: count("tests"), pass: count("pass"), fail: count("fail"), failed };
+  // Without colours (a client's env may force them on, for its runner's reporter too).
+  const output = stripVTControlCharacters(`${result.stdout}${result.stderr}`);
+  if (opts.log) writeFileSync(`${opts.log}.${mode}.txt`, output);
+  return RUNNERS[client.runner](output);
 }
 
 function compareClient(name) {
@@ -221,7 +289,8 @@ function compareClient(name) {
   const lines = [
     `# ${name}'s own test suite against the drop-in (${new Date().toISOString().slice(0, 10)})`,
     "",
-    `\`npm run compat -- ${process.argv.slice(2).join(" ")}\`: ${name} at ${prepared.commit.slice(0, 12)}, ` +
+    `\`npm run compat -- ${process.argv.slice(2).join(" ")}\`: ${name} ${opts.ref ?? prepared.client.ref ?? ""} at ` +
+    `${prepared.commit.slice(0, 12)}, ` +
     `\`node ${prepared.client.test.join(" ")}\`, plain and with the preload.`,
     "",
     "| run | native pass/tests | drop-in pass/tests | fail with the drop-in only |",
@@ -242,7 +311,7 @@ function compareClient(name) {
   console.log(`Wrote ${opts.out}`);
 }
 
-buildDist();
+if (!opts["no-build"]) buildDist();
 if (opts.client) {
   compareClient(opts.client);
   process.exit(0);

@@ -65,7 +65,8 @@ export class ChildProcess extends EventEmitter {
     Readable | Writable | null | undefined,
   ];
 
-  readonly #execution: Execution;
+  /** Undefined for a child built with `new ChildProcess()`, which runs nothing. */
+  readonly #execution: Execution | undefined;
   /** Sent on abort. */
   readonly #abortSignal: string;
   /** 'close' waits for the exit (or failure) and for each piped output stream to close. */
@@ -100,16 +101,16 @@ export class ChildProcess extends EventEmitter {
    * @param abortSignal What an abort of `spec.signal` sends: `killSignal` for spawn, SIGTERM for execFile and
    * exec (where `killSignal` is for the timeout and maxBuffer only, as in Node).
    */
-  constructor(scheduler: Scheduler, spec: PooledSpawn, abortSignal?: string) {
+  constructor(scheduler?: Scheduler, spec?: PooledSpawn, abortSignal?: string) {
     super();
-    // Node's `new ChildProcess()` then `child.spawn(options)` (internal options: envPairs, file, args) has
-    // no pooled form: say so, rather than fail on the missing arguments.
+    // `new ChildProcess()`: as in Node, a child with no command yet (code such as execa's builds one to report a
+    // command that failed before it started); `kill()` sends nothing. Its `spawn(options)` has no pooled form.
     if (scheduler === undefined || spec === undefined) {
-      throw nodeError(
-        TypeError,
-        "ERR_METHOD_NOT_IMPLEMENTED",
-        "The ChildProcess() constructor is not implemented by spawnpool/node: use spawn(), execFile() or exec()",
-      );
+      this.spawnfile = null as unknown as string;
+      this.spawnargs = [];
+      this.#abortSignal = "SIGTERM";
+      this.stdio = [null, null, null, undefined, undefined];
+      return;
     }
     this.spawnfile = spec.file;
     this.spawnargs = spec.spawnargs as string[];
@@ -220,10 +221,24 @@ export class ChildProcess extends EventEmitter {
 
   /** Sends a signal (a name, or "0" to send none) to the command or its process group, as `kill()` does. */
   #send(name: string, group: boolean): boolean {
-    if (this.#settled) return false;
+    if (this.#settled || this.#execution === undefined) return false;
     if (name !== "0") this.#execution.kill(name, group);
     this.killed = true;
     return true;
+  }
+
+  /**
+   * Node's second step after `new ChildProcess()`, starting the command.
+   *
+   * @throws {TypeError} Always (`ERR_METHOD_NOT_IMPLEMENTED`): pooled children come from `spawn()`, `execFile()`
+   * or `exec()`.
+   */
+  spawn(_options?: unknown): never {
+    throw nodeError(
+      TypeError,
+      "ERR_METHOD_NOT_IMPLEMENTED",
+      "ChildProcess.prototype.spawn() is not implemented by spawnpool/node: use spawn(), execFile() or exec()",
+    );
   }
 
   /** Lets the command keep the host alive (the default). */
@@ -254,8 +269,8 @@ export class ChildProcess extends EventEmitter {
       stream !== null && stream.refed && !stream.destroyed && !stream.readableEnded &&
       (stream.readableFlowing === true || stream.readableLength < stream.readableHighWaterMark)
     );
-    if (!this.#unrefed || reading) this.#execution.ref();
-    else this.#execution.unref();
+    if (!this.#unrefed || reading) this.#execution?.ref();
+    else this.#execution?.unref();
   }
 
   /** Queues an event for user code: in its own microtask, or after the spawn's turn while that lasts. */
