@@ -21,7 +21,7 @@ export const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in global
 /** Newest modification time among the TypeScript sources dist/ is built from, in ms. */
 function newestSource(): number {
   let newest = 0;
-  for (const dir of ["", "adapters", "core", "node", "worker"]) {
+  for (const dir of ["", "adapters", "core", "shapes", "shapes/child_process", "worker"]) {
     const path = fileURLToPath(new URL(`../${dir}`, import.meta.url).href);
     for (const name of readdirSync(path)) {
       if (name.endsWith(".ts")) newest = Math.max(newest, statSync(`${path}/${name}`).mtimeMs);
