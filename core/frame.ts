@@ -135,6 +135,12 @@ export interface SpawnRequest {
    * a timeout, is detached, or comes from an API that signals the group. Workers may give every child a group.
    */
   group: boolean;
+  /**
+   * Piped stdio as socketpairs, as Node's child_process and Bun.spawn give a child (a writer whose reader went away
+   * fails with ECONNRESET), instead of pipes, as Deno.Command gives (where it dies of SIGPIPE). The native worker
+   * honours it; JS workers give what their runtime gives.
+   */
+  sockets?: boolean;
 }
 
 /** Why a completed request's child was stopped by the worker, if it was. */

@@ -31,7 +31,7 @@ export interface CommonOptions {
 export type RequestInput =
   & CommonOptions
   & Pick<SpawnRequest, "stdin" | "stdout" | "stderr" | "buffered">
-  & Partial<Pick<SpawnRequest, "env" | "clearEnv" | "argv0" | "uid" | "gid" | "detached">>
+  & Partial<Pick<SpawnRequest, "env" | "clearEnv" | "argv0" | "uid" | "gid" | "detached" | "sockets">>
   & { cmd: string | URL; args: readonly string[] };
 
 /** Default flow-control window per stream: bytes a worker sends ahead of the host's reads. */
@@ -91,6 +91,7 @@ const OPTION_KEYS = [
   "uid",
   "gid",
   "detached",
+  "sockets",
 ] as const;
 
 /**
@@ -174,6 +175,7 @@ export function buildRequest(given: RequestInput): SpawnRequest {
     request[key] = id;
   }
   if (input.detached) request.detached = true;
+  if (input.sockets) request.sockets = true;
   if (input.signal !== undefined && !(input.signal instanceof AbortSignal)) {
     throw new TypeError("signal must be an AbortSignal");
   }

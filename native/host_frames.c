@@ -67,6 +67,7 @@ static bool valid_request(const struct json_doc *doc) {
   if ((n = GET("uid")) != NULL && !is_integer(n)) return false;
   if ((n = GET("gid")) != NULL && !is_integer(n)) return false;
   if ((n = GET("detached")) != NULL && !is_bool(n)) return false;
+  if ((n = GET("sockets")) != NULL && !is_bool(n)) return false;
   if (!is_bool(GET("group"))) return false;
 #undef GET
   return true;
@@ -113,6 +114,7 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t len) {
   const struct json_node *n;
   job->buffered = json_get(&doc, root, "buffered")->type == JSON_TRUE;
   job->detached = (n = json_get(&doc, root, "detached")) != NULL && n->type == JSON_TRUE;
+  job->sockets = (n = json_get(&doc, root, "sockets")) != NULL && n->type == JSON_TRUE;
   job->window = json_get(&doc, root, "window")->number;
   job->force_kill_ms = json_get(&doc, root, "forceKillAfterDelay")->number;
   n = json_get(&doc, root, "killSignal");

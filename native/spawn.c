@@ -8,10 +8,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "json.h"
+
+/*
+ * A pipe for one stdio slot, or a socketpair where the request asks for the kind Node's child_process and Bun.spawn
+ * give: a writer whose reader closed with data unread gets ECONNRESET there, not SIGPIPE. Both ends close on exec;
+ * each is used one way only, as a pipe's.
+ */
+static int make_pipe(int fds[2], bool sockets) {
+  if (!sockets) return pipe2(fds, O_CLOEXEC);
+#ifdef SOCK_CLOEXEC
+  return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds);
+#else
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return -1;
+  if (fcntl(fds[0], F_SETFD, FD_CLOEXEC) != 0 || fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0) {
+    int saved = errno;
+    close(fds[0]);
+    close(fds[1]);
+    errno = saved;
+    return -1;
+  }
+  return 0;
+#endif
+}
 
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 29))
 #define HAVE_ADDCHDIR 1
@@ -255,7 +278,7 @@ void start_job(struct job *job, const struct json_doc *doc) {
   const char *names[3] = {"stdin", "stdout", "stderr"};
   for (int fd = 0; fd < 3; fd++) {
     if (mode_is(doc, names[fd], "piped")) {
-      if (pipe2(pipes[fd], O_CLOEXEC) != 0) {
+      if (make_pipe(pipes[fd], job->sockets) != 0) {
         err = errno;
         goto failed;
       }

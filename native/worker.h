@@ -115,7 +115,7 @@ struct job {
   struct job *prev, *next; /* every live job, for timers and stop() */
   struct job *grave_next;
   pid_t pid;
-  bool buffered, detached, piped[3];
+  bool buffered, detached, sockets, piped[3]; /* sockets: piped stdio as socketpairs (Node and Bun give those) */
   bool done;   /* Exit sent: the id is free, only stdin may still drain */
   bool exited; /* the child exited: it stays a zombie, unreaped, until the job is done */
   bool reaped; /* its pid (and process group id) may be reused now: nothing more is signalled */

@@ -292,6 +292,7 @@ export class PooledSubprocess {
       stdout: stdout.mode,
       stderr: stderr.mode,
       buffered: false,
+      sockets: true, // as Bun.spawn's pipes: a writer whose reader went away gets ECONNRESET, not SIGPIPE
     });
     if (options.onExit !== undefined && typeof options.onExit !== "function") {
       throw new TypeError("onExit must be a function");

@@ -9,7 +9,9 @@ import { Buffer } from "node:buffer";
 import { realpathSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { it } from "node:test";
+import { promisify } from "node:util";
 import { Pool, SpawnError, SpawnPoolError } from "../mod.ts";
+import { childProcessFor } from "../node.ts";
 import { fixture, hostArgv } from "./_helpers.ts";
 import { bytes, forEachWorker, readAll, scratch, text } from "./_conformance.ts";
 
@@ -164,6 +166,20 @@ forEachWorker("stdio, arguments, environment and output", (pool, runtime) => {
     assert.equal(await proc.exited, expected[0]);
     assert.deepEqual([proc.exitCode, proc.signalCode], [expected[0], null]);
     assert.equal(text((await pool.command("echo", { args: ["after"] }).output()).stdout), "after\n");
+  });
+
+  it("piped output is the kind each shape's runtime gives: sockets for the drop-in and the Bun shape, a pipe for the Deno shape", async () => {
+    // Node's child_process and Bun.spawn give a child socketpairs, Deno.Command pipes (a writer whose reader went away
+    // gets ECONNRESET from a socket, SIGPIPE from a pipe). The native worker gives each shape its own runtime's kind;
+    // a JS worker gives what its runtime gives for every shape.
+    const kinds = { native: ["socket", "socket", "fifo"], deno: ["fifo", "fifo", "fifo"] }[runtime as string] ??
+      ["socket", "socket", "socket"];
+    const statArgs = ["-L", "-c", "%F", "/proc/self/fd/1"];
+    const { execFile } = childProcessFor(pool);
+    const dropIn = await promisify(execFile)("stat", statArgs);
+    const bunShape = await readAll(pool.spawn(["stat", ...statArgs]).stdout);
+    const denoShape = text((await pool.command("stat", { args: statArgs }).output()).stdout);
+    assert.deepEqual([dropIn.stdout, bunShape, denoShape], kinds.map((kind) => `${kind}\n`));
   });
 
   it("binary output is byte-exact (all 256 byte values)", async () => {

@@ -92,6 +92,7 @@ export function parseRequest(payload: Uint8Array): SpawnRequest {
     !(raw.uid === undefined || Number.isInteger(raw.uid)) ||
     !(raw.gid === undefined || Number.isInteger(raw.gid)) ||
     !(raw.detached === undefined || typeof raw.detached === "boolean") ||
+    !(raw.sockets === undefined || typeof raw.sockets === "boolean") ||
     typeof raw.group !== "boolean"
   ) {
     throw new ProtocolError("Spawn request is malformed");

@@ -136,6 +136,7 @@ export class ChildProcess extends EventEmitter {
       uid: spec.uid,
       gid: spec.gid,
       detached: spec.detached,
+      sockets: true, // as Node's 'pipe': a writer whose reader went away gets ECONNRESET, not SIGPIPE
     });
     // Every event reaches user code in its own microtask, queued as it arrives from the worker, so events
     // keep their order and an exception in a listener is an uncaught exception of the application (as in
