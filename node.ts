@@ -108,8 +108,9 @@ export function childProcessFor(pool: Pool): ChildProcessApi {
   return childProcessApi(() => scheduler);
 }
 
+import { ChildProcess } from "./shapes/child_process/child_process.ts";
 export { AbortError } from "./shapes/child_process/errors.ts";
-export { ChildProcess } from "./shapes/child_process/child_process.ts";
+export { ChildProcess };
 export type { ChildProcessApi, ExecError } from "./shapes/child_process/api.ts";
 import { execFileSync, execSync, fork, spawnSync } from "node:child_process";
 export { execFileSync, execSync, fork, spawnSync };
@@ -128,5 +129,6 @@ const childProcess: {
   execSync: typeof execSync;
   fork: typeof fork;
   spawnSync: typeof spawnSync;
-} = { spawn, execFile, exec, childProcessFor, execFileSync, execSync, fork, spawnSync };
+  ChildProcess: typeof ChildProcess;
+} = { spawn, execFile, exec, childProcessFor, execFileSync, execSync, fork, spawnSync, ChildProcess };
 export default childProcess;

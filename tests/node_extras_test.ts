@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import * as native from "node:child_process";
+import nativeDefault from "node:child_process";
 import { EventEmitter } from "node:events";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -14,6 +15,7 @@ import { describe, it } from "node:test";
 import { promisify } from "node:util";
 import { configureDefaultPool, Pool } from "../mod.ts";
 import * as pooled from "../node.ts";
+import pooledDefault from "../node.ts";
 import { childProcessFor } from "../node.ts";
 import { alive, HOST, hostArgv, survivors } from "./_helpers.ts";
 import { COMPAT_WORKERS, scratch, thrownError } from "./_node_compat.ts";
@@ -249,6 +251,14 @@ describe(`spawnpool/node beyond node:child_process (${HOST})`, () => {
     assert.equal(pooledOnly, "1");
     // On Node both modules share Node's once-per-process flag, as a program using only Node's would warn once.
     if (HOST === "node") assert.equal(withNative, "1");
+  });
+
+  it("the default export holds every public name of node:child_process's, as `import cp from` meets them", () => {
+    const ours = pooledDefault as unknown as Record<string, unknown>;
+    const theirs = nativeDefault as unknown as Record<string, unknown>;
+    const missing = Object.keys(theirs).filter((name) => !name.startsWith("_") && typeof ours[name] !== "function");
+    assert.deepEqual(missing, []);
+    assert.equal(ours.ChildProcess, pooled.ChildProcess);
   });
 
   it("configureDefaultPool refuses once the default pool has started", async () => {
