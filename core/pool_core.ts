@@ -289,11 +289,13 @@ export class PoolCore implements Scheduler {
   }
 
   /** Starts workers until `wanted` (at most the size) are running or starting. */
-  #fill(wanted: number = this.#demand): void {
-    if (this.#closed) return;
+  #fill(wanted?: number): void {
     // Counted once: a start can fail before its first await (no runtime on PATH) and free its place at once; a
     // loop that counted again would start it again, forever, without ever yielding.
-    const missing = Math.min(this.#size, wanted) - this.#workers.length - this.#starting;
+    const room = this.#size - this.#workers.length - this.#starting;
+    // A full pool (the steady state, where every busy submit() lands) returns before counting its demand.
+    if (this.#closed || room <= 0) return;
+    const missing = Math.min(room, (wanted ?? this.#demand) - this.#workers.length - this.#starting);
     for (let i = 0; i < missing; i++) {
       const start = this.#startOne();
       this.#starts.add(start);
