@@ -20,7 +20,15 @@
  */
 
 export { Command, configureDefaultPool, Pool, spawn } from "./pool.ts";
-export type { CommandOptions, PoolOptions, PoolStats, SpawnOptions, SpawnOptionsWithCmd } from "./pool.ts";
+export type {
+  CommandOptions,
+  PoolOptions,
+  PoolStats,
+  RemoteOptions,
+  RemoteTlsOptions,
+  SpawnOptions,
+  SpawnOptionsWithCmd,
+} from "./pool.ts";
 export type { CommandOutput, CommandStatus, PoolCommand, PooledChildProcess } from "./shapes/command.ts";
 export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./shapes/subprocess.ts";
 export type { RuntimeName, WorkerRuntime } from "./core/adapter.ts";

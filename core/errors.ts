@@ -22,7 +22,13 @@ export type SpawnPoolErrorCode =
   /** Buffered output exceeded `maxBuffer` and the command was killed. */
   | "ERR_MAX_BUFFER"
   /** A worker broke the protocol; its channel was closed. */
-  | "ERR_PROTOCOL";
+  | "ERR_PROTOCOL"
+  /** A remote pool: no agent listens on the pool's subject. */
+  | "ERR_NO_AGENTS"
+  /** A remote pool: a message of the command was lost on the way (a gap in its sequence numbers). */
+  | "ERR_REMOTE_LOST"
+  /** A remote pool: the NATS client is not installed, or the servers cannot be reached. */
+  | "ERR_REMOTE_CONNECT";
 
 /** Options for {@linkcode SpawnPoolError}. */
 export interface SpawnPoolErrorOptions {

@@ -6,7 +6,7 @@
 
 import type { Platform, RuntimeName, WorkerRuntime } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
-import type { Execution, Scheduler } from "./execution.ts";
+import type { Scheduler, Submission } from "./execution.ts";
 import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
 import { WorkerHandle } from "./worker_handle.ts";
 
@@ -44,14 +44,24 @@ export interface PoolOptions {
 
 /** A snapshot of a pool's state. */
 export interface PoolStats {
-  /** Worker runtime: the one asked for, or the default's choice ("native", or the host's after a fallback). */
-  runtime: WorkerRuntime;
+  /**
+   * Worker runtime: the one asked for, or the default's choice ("native", or the host's after a fallback); "remote"
+   * for a pool whose commands run on agents.
+   */
+  runtime: WorkerRuntime | "remote";
   /** Requests running on workers. */
   inFlight: number;
   /** Requests waiting for a worker. */
   queued: number;
   /** One entry per live worker. */
-  workers: Array<{ pid: number; ready: boolean; inFlight: number; completed: number }>;
+  workers: Array<{
+    pid: number;
+    ready: boolean;
+    inFlight: number;
+    completed: number;
+    /** A remote pool's entries are its agents: the agent's name (and `pid` its process id, on its machine). */
+    agent?: string;
+  }>;
   /** Workers started since the pool was created, replacements included. */
   started: number;
 }
@@ -90,7 +100,7 @@ export class PoolCore implements Scheduler {
   /** Ends the backoff of starts waiting to retry (a closing pool does not wait them out). */
   #backoffs = new Set<() => void>();
   #started = 0;
-  #queue: Execution[] = [];
+  #queue: Submission[] = [];
   #closed: Promise<void> | undefined;
   /** A closing pool still takes workers that become ready while it drains its queue. */
   #draining = false;
@@ -158,7 +168,7 @@ export class PoolCore implements Scheduler {
   }
 
   /** @internal Schedules an execution: to the least busy ready worker, or the queue. */
-  submit(execution: Execution): void {
+  submit(execution: Submission): void {
     if (this.#closed) {
       execution.reject(poolClosed(execution.request.cmd));
       return;
@@ -272,7 +282,7 @@ export class PoolCore implements Scheduler {
     return best;
   }
 
-  #assign(execution: Execution, worker: WorkerHandle): void {
+  #assign(execution: Submission, worker: WorkerHandle): void {
     execution.assign(worker);
     worker.send(Frame.Spawn, execution.id, execution.payload);
   }
