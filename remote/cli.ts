@@ -45,6 +45,10 @@ function fail(message: string): never {
 }
 
 const argv = process.argv.slice(2);
+if (argv[0] === "--help" || argv[0] === "-h") {
+  console.log(USAGE);
+  process.exit(0);
+}
 if (argv[0] !== "agent") fail(argv[0] === undefined ? "name a command: agent" : `unknown command "${argv[0]}"`);
 let values: Record<string, string | boolean | undefined>;
 try {
