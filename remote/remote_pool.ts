@@ -45,6 +45,12 @@ const AGENT_FAILURES: ReadonlySet<string> = new Set<SpawnPoolErrorCode>([
   "ERR_PROTOCOL",
 ]);
 
+/**
+ * A pool with no command for this long closes its connection (and opens another for its next command): like a local
+ * pool's idle workers, an idle remote pool does not keep its process alive.
+ */
+const IDLE_CLOSE_MS = 1_000;
+
 /** A busy agent's command is offered again after this long, doubled each time up to the most. */
 const BUSY_RETRY_MS = 5;
 const BUSY_RETRY_MAX_MS = 200;
@@ -62,6 +68,7 @@ export class RemotePool implements Scheduler {
   /** Agents that took commands: what they run and have run. */
   readonly #agents = new Map<string, { info: AgentInfo; inFlight: number; completed: number }>();
   #timer: ReturnType<typeof setInterval> | undefined;
+  #idle: ReturnType<typeof setTimeout> | undefined;
   #closed: Promise<void> | undefined;
 
   /**
@@ -142,8 +149,26 @@ export class RemotePool implements Scheduler {
     while (drain && this.#commands.size > 0) await new Promise((resolve) => setTimeout(resolve, 5));
     for (const command of new Set(this.#commands.values())) command.fail(poolClosed(command.cmd));
     clearInterval(this.#timer);
+    clearTimeout(this.#idle);
     const nc = this.#nc ?? await this.#connecting?.catch(() => undefined);
     await nc?.drain().catch(() => nc.close());
+  }
+
+  /** Closes the connection of a pool that has had no command for a while; the next command connects again. */
+  #closeIdle(): void {
+    this.#idle = undefined;
+    const nc = this.#nc;
+    if (nc === undefined || this.#commands.size > 0 || this.#closed) return;
+    this.#forget(nc);
+    void nc.drain().catch(() => nc.close());
+  }
+
+  /** Stops using a connection: the next command makes another. */
+  #forget(nc: NatsConnection): void {
+    if (this.#nc !== nc) return;
+    this.#nc = undefined;
+    this.#connecting = undefined;
+    clearInterval(this.#timer);
   }
 
   #waiting(): number {
@@ -153,6 +178,8 @@ export class RemotePool implements Scheduler {
   }
 
   #connect(): Promise<NatsConnection> {
+    clearTimeout(this.#idle);
+    this.#idle = undefined;
     this.#connecting ??= (async () => {
       const nc = await connectNats(this.#options, "spawnpool");
       this.#inbox = await newInbox();
@@ -164,13 +191,13 @@ export class RemotePool implements Scheduler {
       }, HEARTBEAT_MS);
       (this.#timer as { unref?: () => void }).unref?.();
       void nc.closed().then((error) => {
-        // Closed by close(), or for good by the client (it retries forever otherwise): what runs is lost.
-        this.#nc = undefined;
-        this.#connecting = undefined;
-        clearInterval(this.#timer);
+        // Closed by close() or when idle, or for good by the client (it retries forever otherwise): what runs is lost.
+        if (this.#nc !== nc) return;
+        this.#forget(nc);
         const lost = new SpawnPoolError("ERR_REMOTE_LOST", "The connection to NATS closed", { cause: error });
         for (const command of new Set(this.#commands.values())) command.fail(this.#closed ? poolClosed() : lost);
       });
+      this.#idleLater();
       return nc;
     })();
     this.#connecting.catch(() => (this.#connecting = undefined));
@@ -187,6 +214,15 @@ export class RemotePool implements Scheduler {
   /** @internal Forgets a reply subject. */
   unregister(reply: string): void {
     this.#commands.delete(reply);
+    this.#idleLater();
+  }
+
+  /** Arms the idle close, when nothing runs. */
+  #idleLater(): void {
+    if (this.#commands.size === 0 && this.#idle === undefined && this.#nc !== undefined && !this.#closed) {
+      this.#idle = setTimeout(() => this.#closeIdle(), IDLE_CLOSE_MS);
+      (this.#idle as { unref?: () => void }).unref?.();
+    }
   }
 
   /** @internal Publishes a message. */
