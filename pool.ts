@@ -52,7 +52,8 @@ function backend(options: PoolOptions): PoolBackend {
   if (maxQueue !== Infinity && (!Number.isInteger(maxQueue) || maxQueue < 0)) {
     throw new RangeError(`maxQueue must be a non-negative integer, got ${String(options.maxQueue)}`);
   }
-  return new RemotePool(options.remote, maxQueue);
+  const host = currentPlatform().host;
+  return new RemotePool(options.remote, maxQueue, host.admit?.bind(host));
 }
 
 /**

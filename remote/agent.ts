@@ -77,6 +77,9 @@ export interface AgentEvent {
   reason?: string;
 }
 
+/** How long the Accepted frame may wait to leave with the command's next frame. */
+const ACCEPT_DELAY_MS = 20;
+
 /** Signal names a caller may send: "SIGTERM", or "-SIGTERM" for the process group. */
 const SIGNAL_TEXT = /^-?SIG[A-Z0-9+]{1,12}$/;
 
@@ -197,7 +200,7 @@ export class Agent {
     const control = `${this.#options.subject}.ctl.${this.#info.id}.${token}`;
     const relay = new Relay(this, request, reply, control, token.slice(0, 8));
     this.#relays.set(token, relay);
-    relay.out(RemoteFrame.Accepted, encodeJson({ control, agent: this.#info }));
+    relay.accept(encodeJson({ control, agent: this.#info }));
     this.#pool.submit(relay);
   }
 
@@ -272,6 +275,7 @@ class Relay implements Submission, RequestSink {
   #credited = [0, 0, 0];
   #heardAt = Date.now();
   #sentAt = 0;
+  #acceptTimer: ReturnType<typeof setTimeout> | undefined;
   readonly #startedAt = Date.now();
   /** Killed for its caller: its frames go nowhere. */
   #killed = false;
@@ -478,6 +482,16 @@ class Relay implements Submission, RequestSink {
     return this.#agent.maxPayload - 4 - HEADER_BYTES;
   }
 
+  /**
+   * Queues the Accepted frame, which leaves with the next (Spawned, usually, a moment later: one message where there
+   * would be two), or alone after {@linkcode ACCEPT_DELAY_MS} if the local pool is slow to start the command.
+   */
+  accept(payload: Uint8Array): void {
+    this.#parts.push(...frameParts(RemoteFrame.Accepted, payload));
+    this.#partsBytes += HEADER_BYTES + payload.byteLength;
+    this.#acceptTimer = setTimeout(() => this.#flush(), ACCEPT_DELAY_MS);
+  }
+
   /** Queues a frame for the caller; the frames of one turn leave together, in messages the servers take. */
   out(type: number, payload?: Uint8Array): void {
     if (this.#killed || this.#told) return;
@@ -496,6 +510,7 @@ class Relay implements Submission, RequestSink {
   }
 
   #flush(): void {
+    clearTimeout(this.#acceptTimer);
     if (this.#parts.length === 0) return;
     const message = encodeMessage(this.#sent++, this.#parts);
     this.#parts = [];

@@ -16,6 +16,7 @@ import {
   Frame,
   type FrameType,
   ProtocolError,
+  type SpawnRequest,
 } from "../core/frame.ts";
 import type { PoolStats } from "../core/pool_core.ts";
 import { deliverFrame, type RequestChannel, type RequestSink } from "../core/worker_handle.ts";
@@ -59,6 +60,7 @@ const BUSY_RETRY_MAX_MS = 200;
 export class RemotePool implements Scheduler {
   readonly #options: RemoteOptions & { subject: string };
   readonly #maxQueue: number;
+  readonly #admit: ((request: SpawnRequest) => void) | undefined;
   #connecting: Promise<NatsConnection> | undefined;
   #nc: NatsConnection | undefined;
   #inbox = "";
@@ -76,9 +78,22 @@ export class RemotePool implements Scheduler {
    *
    * @throws {TypeError} For bad options.
    */
-  constructor(options: RemoteOptions, maxQueue: number = Infinity) {
+  constructor(
+    options: RemoteOptions,
+    maxQueue: number = Infinity,
+    admit?: (request: SpawnRequest) => void,
+  ) {
     this.#options = checkRemoteOptions(options);
     this.#maxQueue = maxQueue;
+    this.#admit = admit;
+  }
+
+  /**
+   * @internal Applies the host runtime's rules for starting a command (a Deno host's run permission): the caller's
+   * permissions bind what it asks of agents as they bind what it asks of local workers.
+   */
+  admit(request: SpawnRequest): void {
+    this.#admit?.(request);
   }
 
   /** The pool's subject. */
