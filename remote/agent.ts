@@ -25,6 +25,8 @@ import {
   type StreamFd,
 } from "../core/frame.ts";
 import { PoolCore, type PoolOptions } from "../core/pool_core.ts";
+import process from "node:process";
+import { signalNumber } from "../core/signals.ts";
 import { parseRequest } from "../worker/job.ts";
 import type { RequestChannel, RequestSink } from "../core/worker_handle.ts";
 import { connectNats, type NatsConnection, type NatsMsg, type NatsSubscription, noResponders } from "./_nats.ts";
@@ -51,6 +53,16 @@ export interface AgentOptions extends RemoteOptions {
   pool?: PoolOptions;
   /** What the agent calls itself in callers' errors and stats. @default {the host name} */
   agentName?: string;
+  /**
+   * The agent's id in its control subjects (`<subject>.ctl.<id>.*`): fixed, so that NATS permissions can confine the
+   * agent to its own. Letters, digits, `-` and `_`, at most 32. @default {random, per process}
+   */
+  agentId?: string;
+  /**
+   * The most buffered output (`output()`, `execFile`) a command may collect here, whatever its caller asks; past it the
+   * command is killed, as by `maxBuffer`. @default {256 MiB}
+   */
+  maxBuffer?: number;
   /** Told of each command's start and end, and of errors. */
   log?: (event: AgentEvent) => void;
 }
@@ -77,6 +89,13 @@ export interface AgentEvent {
   reason?: string;
 }
 
+/** The largest flow-control window a caller may ask for, per stream. */
+const MAX_WINDOW = 16 * 1024 * 1024;
+/** The agent's default bound on a command's buffered output. */
+const DEFAULT_MAX_BUFFER = 256 * 1024 * 1024;
+/** Stdin frames a caller may have on their way to the command before it waits for an acknowledgement. */
+const MAX_STDIN_IN_FLIGHT = 4;
+
 /** How long the Accepted frame may wait to leave with the command's next frame. */
 const ACCEPT_DELAY_MS = 20;
 
@@ -97,6 +116,10 @@ export class Agent {
   #timer: ReturnType<typeof setInterval> | undefined;
   #stopped: Promise<void> | undefined;
   #draining = true;
+  readonly #maxBuffer: number;
+  /** Resolves when the connection closed for good while the agent was not stopping (with why). */
+  readonly closed: Promise<Error | undefined>;
+  #onClosed: (error: Error | undefined) => void = () => {};
 
   /**
    * Creates an agent; {@linkcode Agent.start} connects it.
@@ -111,9 +134,19 @@ export class Agent {
       throw new RangeError(`concurrency must be a positive integer, got ${String(options.concurrency)}`);
     }
     this.#concurrency = concurrency;
+    const id = options.agentId ?? randomToken().slice(0, 12);
+    if (typeof id !== "string" || !/^[A-Za-z0-9_-]{1,32}$/.test(id)) {
+      throw new TypeError(`agentId must be 1 to 32 letters, digits, "-" or "_", got "${String(id)}"`);
+    }
+    const maxBuffer = options.maxBuffer ?? DEFAULT_MAX_BUFFER;
+    if (!Number.isInteger(maxBuffer) || maxBuffer < 1) {
+      throw new RangeError(`maxBuffer must be a positive integer, got ${String(options.maxBuffer)}`);
+    }
+    this.#maxBuffer = maxBuffer;
     this.#pool = new PoolCore(platform, options.pool);
-    this.#info = { id: randomToken().slice(0, 12), name: options.agentName ?? hostName, pid: platform.host.pid() };
+    this.#info = { id, name: options.agentName ?? hostName, pid: platform.host.pid() };
     this.#log = options.log ?? (() => {});
+    this.closed = new Promise((resolve) => (this.#onClosed = resolve));
   }
 
   /** This agent, as callers see it. */
@@ -130,23 +163,28 @@ export class Agent {
   async start(): Promise<void> {
     const nc = await connectNats(this.#options, `spawnpool agent ${this.#info.name}`);
     this.#nc = nc;
+    void nc.closed().then((error) => {
+      if (this.#stopped === undefined) this.#onClosed(error ?? new Error("The connection to NATS closed"));
+    });
     await this.#pool.ready();
     const subject = this.#options.subject;
     this.#subscriptions = [
       nc.subscribe(subject, {
         queue: this.#options.queue ?? "spawnpool",
-        callback: (_error, msg) => this.#spawn(msg),
+        callback: this.#guard("spawn", (msg) => this.#spawn(msg)),
       }),
-      nc.subscribe(`${subject}.ctl.${this.#info.id}.*`, { callback: (_error, msg) => this.#control(msg) }),
+      nc.subscribe(`${subject}.ctl.${this.#info.id}.*`, {
+        callback: this.#guard("control", (msg) => this.#control(msg)),
+      }),
       nc.subscribe(`${subject}.agents`, {
-        callback: (_error, msg) => {
-          if (msg.reply !== undefined) {
-            nc.publish(
+        callback: this.#guard("agents", (msg) => {
+          if (msg.reply) {
+            this.publish(
               msg.reply,
               encodeJson({ ...this.#info, running: this.#relays.size, concurrency: this.#concurrency }),
             );
           }
-        },
+        }),
       }),
     ];
     await nc.flush();
@@ -176,31 +214,51 @@ export class Agent {
     return this.#stopped;
   }
 
+  /**
+   * A subscription's callback that never throws: the client reads no more messages after a callback throws (and one
+   * that is passed an error, a permissions violation, has no message).
+   */
+  #guard(what: string, handle: (msg: NatsMsg) => void): (error: Error | null, msg: NatsMsg) => void {
+    return (error, msg) => {
+      try {
+        if (error !== null) throw error;
+        handle(msg);
+      } catch (thrown) {
+        this.#log({ event: "failed", reason: `${what}: ${thrown instanceof Error ? thrown.message : String(thrown)}` });
+      }
+    };
+  }
+
   /** A caller's command. */
   #spawn(msg: NatsMsg): void {
     const reply = msg.reply;
-    if (reply === undefined || this.#stopped) return;
-    const nc = this.#nc!;
+    // Answers go to callers' inboxes only: an agent publishes as itself, and a caller must not point it elsewhere.
+    if (!reply || !reply.startsWith("_INBOX.") || this.#stopped) {
+      if (!this.#stopped) this.#log({ event: "refused", reason: `reply subject "${String(reply)}" is not an inbox` });
+      return;
+    }
     let request: SpawnRequest;
     try {
       const { seq, frames } = decodeMessage(msg.data);
       if (seq !== 0 || frames.length !== 1 || frames[0].type !== Frame.Spawn) throw new Error("not a spawn request");
       // Checked as the workers check it: one they would take for a broken host would close the channel of a worker
       // and fail every command that it runs, other callers' too.
-      request = checkRequest(parseRequest(frames[0].payload) as unknown as Record<string, unknown>);
+      request = checkRequest(parseRequest(frames[0].payload), this.#maxBuffer);
     } catch (error) {
       this.#log({ event: "refused", reason: error instanceof Error ? error.message : String(error) });
       const failure = { code: "ERR_PROTOCOL", message: `Malformed request: ${String(error)}` };
-      // Answered as accepted-then-failed, so that the caller hears why rather than waiting for an answer.
-      return nc.publish(reply, encodeMessage(0, frameParts(RemoteFrame.Failed, encodeJson(failure))));
+      // A refusal: a Failed frame alone, so that the caller hears why rather than waiting for an answer.
+      this.publish(reply, encodeMessage(0, frameParts(RemoteFrame.Failed, encodeJson(failure))));
+      return;
     }
     if (this.#relays.size >= this.#concurrency) {
       this.#log({ event: "busy", cmd: request.cmd });
-      return nc.publish(reply, encodeMessage(0, frameParts(RemoteFrame.Busy)));
+      this.publish(reply, encodeMessage(0, frameParts(RemoteFrame.Busy)));
+      return;
     }
     const token = randomToken();
     const control = `${this.#options.subject}.ctl.${this.#info.id}.${token}`;
-    const relay = new Relay(this, request, reply, control, token.slice(0, 8));
+    const relay = new Relay(this, request, reply, control, randomToken().slice(0, 8));
     this.#relays.set(token, relay);
     relay.accept(encodeJson({ control, agent: this.#info }));
     this.#pool.submit(relay);
@@ -215,9 +273,15 @@ export class Agent {
     relay.receive(msg.data);
   }
 
-  /** @internal */
-  publish(subject: string, data: Uint8Array, reply: string): void {
-    this.#nc?.publish(subject, data, { reply });
+  /** @internal Publishes; false when the client refused (a closed connection, a message too large). */
+  publish(subject: string, data: Uint8Array, reply?: string): boolean {
+    try {
+      this.#nc?.publish(subject, data, reply === undefined ? undefined : { reply });
+      return this.#nc !== undefined;
+    } catch (error) {
+      this.#log({ event: "failed", reason: `publish: ${error instanceof Error ? error.message : String(error)}` });
+      return false;
+    }
   }
 
   /** @internal The largest message the servers take. */
@@ -241,16 +305,16 @@ export class Agent {
  * not the caller's), no command outlives the agent's hold on it (`detached` off), and each gets a process group of its
  * own, so that a caller that goes away takes all of it.
  */
-function checkRequest(raw: Record<string, unknown>): SpawnRequest {
-  if (typeof raw.cmd !== "string" || !Array.isArray(raw.args) || raw.args.some((a) => typeof a !== "string")) {
-    throw new TypeError("cmd and args must be strings");
-  }
-  const request = raw as unknown as SpawnRequest;
+function checkRequest(request: SpawnRequest, maxBuffer: number): SpawnRequest {
+  if (signalNumber(request.killSignal) === undefined) throw new TypeError(`Unknown killSignal "${request.killSignal}"`);
   return {
     ...request,
     stdin: request.stdin === "inherit" ? "null" : request.stdin,
     detached: false,
     group: true,
+    // What the agent holds for a caller is bounded whatever the caller asks: a window, and buffered output.
+    window: Math.min(request.window, MAX_WINDOW),
+    maxBuffer: request.buffered ? Math.min(request.maxBuffer ?? maxBuffer, maxBuffer) : request.maxBuffer,
   };
 }
 
@@ -275,6 +339,8 @@ class Relay implements Submission, RequestSink {
   /** Bytes sent per stream, and the caller's cumulative credit last seen (mod 2^32). */
   #sentBytes = [0, 0, 0];
   #credited = [0, 0, 0];
+  /** Stdin frames the caller sent that the command has not yet acknowledged. */
+  #stdinInFlight = 0;
   #heardAt = Date.now();
   #sentAt = 0;
   #acceptTimer: ReturnType<typeof setTimeout> | undefined;
@@ -332,6 +398,10 @@ class Relay implements Submission, RequestSink {
       case RemoteFrame.Cancel:
         return this.kill("its caller cancelled it");
       case Frame.Stdin:
+        // A caller waits for each write's acknowledgement; one that does not would have the worker queue without end.
+        if (++this.#stdinInFlight > MAX_STDIN_IN_FLIGHT) {
+          return this.end("ERR_PROTOCOL", `The caller sent more than ${MAX_STDIN_IN_FLIGHT} stdin writes ahead`);
+        }
         return this.#toWorker(Frame.Stdin, new Uint8Array(payload));
       case Frame.StdinEnd:
         return this.#toWorker(Frame.StdinEnd, undefined);
@@ -350,7 +420,8 @@ class Relay implements Submission, RequestSink {
         // A cumulative offset: what it adds, never past what was sent (a caller cannot widen the window).
         const gained = (offset - this.#credited[fd]) >>> 0;
         const owed = (this.#sentBytes[fd] - this.#credited[fd]) >>> 0;
-        if (gained === 0 || gained > owed) return;
+        if (gained === 0) return;
+        if (gained > owed) return this.end("ERR_PROTOCOL", "The caller credited output that was never sent");
         this.#credited[fd] = offset;
         return this.#toWorker(Frame.Credit, encodeCredit(fd, gained));
       }
@@ -381,6 +452,16 @@ class Relay implements Submission, RequestSink {
     this.#toWorker(Frame.Kill, new TextEncoder().encode("-SIGKILL"));
     this.#toWorker(Frame.Release, FD_PAYLOAD[1]);
     this.#toWorker(Frame.Release, FD_PAYLOAD[2]);
+    // The worker signals only a command still running; its process group may outlive it (a shell's background job),
+    // and a command whose caller is gone leaves nothing behind. The group is the command's own (checkRequest), and
+    // its id cannot be another's while the local pool has not seen the request end.
+    if (this.pid !== undefined) {
+      try {
+        process.kill(-this.pid, "SIGKILL");
+      } catch {
+        // Gone already.
+      }
+    }
   }
 
   /** Forgets a command the local pool will say no more of (it closed). */
@@ -431,6 +512,7 @@ class Relay implements Submission, RequestSink {
   }
 
   onStdinAck(written: boolean): void {
+    this.#stdinInFlight = Math.max(0, this.#stdinInFlight - 1);
     this.out(Frame.StdinAck, new Uint8Array([written ? 0 : 1]));
   }
 

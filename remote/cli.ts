@@ -33,6 +33,8 @@ this agent's user: confine it with NATS permissions (see the README's security s
   --tls-ca F            TLS, with this CA's PEM file
   --tls-cert F          a client certificate (PEM), with --tls-key F
   --name NAME           what callers see this agent as                [the host name]
+  --id ID               the agent's id in its control subjects, S.ctl.ID.* (fixed, for NATS permissions)  [random]
+  --max-buffer BYTES    the most buffered output a command may collect here   [268435456]
   --verbose             log each command's arguments too
   --help                this text
 
@@ -69,6 +71,8 @@ try {
       "tls-cert": { type: "string" },
       "tls-key": { type: "string" },
       name: { type: "string" },
+      id: { type: "string" },
+      "max-buffer": { type: "string" },
       verbose: { type: "boolean" },
       help: { type: "boolean" },
     },
@@ -97,6 +101,14 @@ function log(event: AgentEvent): void {
   console.error(JSON.stringify(line));
 }
 
+function readSecret(file: string): string {
+  try {
+    return readFileSync(file, "utf8").trim();
+  } catch (error) {
+    fail(`cannot read ${file}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
 const tokenFile = str("token-file");
 const options: AgentOptions = {
   servers: (str("servers") ?? process.env.SPAWNPOOL_NATS_SERVERS ?? "nats://127.0.0.1:4222").split(","),
@@ -104,15 +116,18 @@ const options: AgentOptions = {
   queue: str("queue"),
   concurrency: positive("concurrency"),
   pool: { size: positive("size"), runtime: str("runtime") as WorkerRuntime | undefined },
-  token: tokenFile !== undefined ? readFileSync(tokenFile, "utf8").trim() : process.env.SPAWNPOOL_NATS_TOKEN,
+  token: tokenFile !== undefined ? readSecret(tokenFile) : process.env.SPAWNPOOL_NATS_TOKEN,
   credentials: str("creds"),
   agentName: str("name"),
+  agentId: str("id"),
+  maxBuffer: positive("max-buffer"),
   log,
 };
 if (str("user") !== undefined) {
   options.user = str("user");
   options.pass = process.env.SPAWNPOOL_NATS_PASS ?? fail("--user needs the password in env SPAWNPOOL_NATS_PASS");
 }
+if ((str("tls-cert") === undefined) !== (str("tls-key") === undefined)) fail("--tls-cert and --tls-key go together");
 if (values.tls === true || str("tls-ca") !== undefined || str("tls-cert") !== undefined) {
   options.tls = { caFile: str("tls-ca"), certFile: str("tls-cert"), keyFile: str("tls-key") };
 }
@@ -139,3 +154,9 @@ try {
   log({ event: "failed", reason: error instanceof Error ? error.message : String(error) });
   process.exit(1);
 }
+// The client reconnects for ever, but gives up on rejected credentials: an agent that can no longer serve exits, so
+// that its supervisor restarts it.
+void agent.closed.then((error) => {
+  log({ event: "failed", reason: `the connection to NATS closed: ${error?.message ?? "for good"}` });
+  void agent.stop({ drain: false }).finally(() => process.exit(1));
+});
