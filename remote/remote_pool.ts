@@ -70,6 +70,8 @@ export class RemotePool implements Scheduler {
   #timer: ReturnType<typeof setInterval> | undefined;
   #idle: ReturnType<typeof setTimeout> | undefined;
   #closed: Promise<void> | undefined;
+  /** Closed, and done closing: no agent is the pool's any more. */
+  #shut = false;
 
   /**
    * Creates a remote pool; it connects on its first command or `ready()`.
@@ -115,7 +117,7 @@ export class RemotePool implements Scheduler {
     );
   }
 
-  /** Counts of commands, and per agent that ran some. */
+  /** Counts of commands, and per agent that ran some (none once the pool is closed). */
   stats(): PoolStats {
     let inFlight = 0;
     let queued = 0;
@@ -125,7 +127,7 @@ export class RemotePool implements Scheduler {
       inFlight,
       queued,
       started: this.#agents.size,
-      workers: [...this.#agents.values()].map((agent) => ({
+      workers: this.#shut ? [] : [...this.#agents.values()].map((agent) => ({
         pid: agent.info.pid,
         ready: true,
         inFlight: agent.inFlight,
@@ -152,6 +154,7 @@ export class RemotePool implements Scheduler {
     clearTimeout(this.#idle);
     const nc = this.#nc ?? await this.#connecting?.catch(() => undefined);
     await nc?.drain().catch(() => nc.close());
+    this.#shut = true;
   }
 
   /** Closes the connection of a pool that has had no command for a while; the next command connects again. */
