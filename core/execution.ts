@@ -328,6 +328,8 @@ export class Execution implements RequestSink, Submission {
       }
       stream.push(chunk);
     } else {
+      // Output of a streamed request's stream that is not piped: nobody reads it, and nothing would bound it.
+      if (!this.request.buffered) throw new ProtocolError(`Worker sent output of stream ${fd}, which is not piped`);
       this.#checkBuffered(chunk.byteLength);
       this.#collected[fd].push(chunk);
     }
