@@ -540,7 +540,8 @@ class RemoteCommand implements RequestChannel {
         payload = new Uint8Array([write.written ? 0 : 1]);
       }
     }
-    if (deliverFrame(this.#sink!, type, REMOTE_ID, payload, false, -1)) this.#end();
+    // Kept as copies: the NATS client may read the next message into the same memory.
+    if (deliverFrame(this.#sink!, type, REMOTE_ID, payload, true, -1)) this.#end();
   }
 
   /** A Failed frame's error, its code one an agent may report. */
