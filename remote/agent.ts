@@ -10,7 +10,6 @@ import type { SpawnPoolError } from "../core/errors.ts";
 import type { Submission } from "../core/execution.ts";
 import {
   concatBytes,
-  decodeJson,
   decodeU32,
   encodeCredit,
   encodeExit,
@@ -26,6 +25,7 @@ import {
   type StreamFd,
 } from "../core/frame.ts";
 import { PoolCore, type PoolOptions } from "../core/pool_core.ts";
+import { parseRequest } from "../worker/job.ts";
 import type { RequestChannel, RequestSink } from "../core/worker_handle.ts";
 import { connectNats, type NatsConnection, type NatsMsg, type NatsSubscription, noResponders } from "./_nats.ts";
 import { checkRemoteOptions, type RemoteOptions } from "./options.ts";
@@ -182,7 +182,9 @@ export class Agent {
     try {
       const { seq, frames } = decodeMessage(msg.data);
       if (seq !== 0 || frames.length !== 1 || frames[0].type !== Frame.Spawn) throw new Error("not a spawn request");
-      request = checkRequest(decodeJson(frames[0].payload));
+      // Checked as the workers check it: one they would take for a broken host would close the channel of a worker
+      // and fail every command that it runs, other callers' too.
+      request = checkRequest(parseRequest(frames[0].payload) as unknown as Record<string, unknown>);
     } catch (error) {
       this.#log({ event: "refused", reason: error instanceof Error ? error.message : String(error) });
       const failure = { code: "ERR_PROTOCOL", message: `Malformed request: ${String(error)}` };
