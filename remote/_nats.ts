@@ -50,6 +50,16 @@ export interface NatsConnection {
   close(): Promise<void>;
   /** Whether it is closed. */
   isClosed(): boolean;
+  /** What happens to the connection: disconnects, reconnects, the server's errors (permission violations). */
+  status(): AsyncIterable<NatsStatus>;
+}
+
+/** An event of a connection; a permissions violation is an `"error"` whose error names the operation and subject. */
+export interface NatsStatus {
+  /** The kind of event. */
+  type: string;
+  /** For `"error"`: what the server said. */
+  error?: Error & { operation?: "publish" | "subscription"; subject?: string };
 }
 
 interface NatsModule {

@@ -166,6 +166,14 @@ export class Agent {
     void nc.closed().then((error) => {
       if (this.#stopped === undefined) this.#onClosed(error ?? new Error("The connection to NATS closed"));
     });
+    void (async () => {
+      // A permissions violation is the operator's to see: the agent is denied a subject it needs.
+      for await (const status of nc.status()) {
+        if (status.type === "error" && status.error?.operation !== undefined) {
+          this.#log({ event: "failed", reason: status.error.message });
+        }
+      }
+    })();
     await this.#pool.ready();
     const subject = this.#options.subject;
     this.#subscriptions = [

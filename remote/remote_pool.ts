@@ -216,11 +216,38 @@ export class RemotePool implements Scheduler {
         const lost = new SpawnPoolError("ERR_REMOTE_LOST", "The connection to NATS closed", { cause: error });
         for (const command of [...this.#live]) command.fail(this.#closed ? poolClosed() : lost);
       });
+      void this.#watch(nc);
       this.#idleLater();
       return nc;
     })();
     this.#connecting.catch(() => (this.#connecting = undefined));
     return this.#connecting;
+  }
+
+  /**
+   * Fails the commands a permissions violation stops, at once and saying so, rather than when their agent's silence
+   * runs out: a spawn subject this caller may not publish to fails the commands not yet taken; a control subject, its
+   * command; an inbox it may not subscribe to, every command.
+   */
+  async #watch(nc: NatsConnection): Promise<void> {
+    for await (const status of nc.status()) {
+      const error = status.error;
+      if (status.type !== "error" || error?.operation === undefined || error.subject === undefined) continue;
+      const { operation, subject } = error;
+      const denied = new SpawnPoolError(
+        "ERR_REMOTE_CONNECT",
+        `NATS refused to let this caller ${operation === "publish" ? "publish to" : "subscribe to"} "${subject}": ` +
+          `grant it in the servers' permissions (docs/remote.md#security)`,
+        { cause: error },
+      );
+      for (const command of [...this.#live]) {
+        if (
+          operation === "subscription" || (subject === this.subject ? !command.accepted : command.controls(subject))
+        ) {
+          command.fail(denied);
+        }
+      }
+    }
   }
 
   /** Arms the idle close, when nothing runs or waits. */
@@ -343,6 +370,11 @@ class RemoteCommand implements RequestChannel {
 
   get cmd(): string {
     return this.#submission.request.cmd;
+  }
+
+  /** Whether `subject` is this command's control subject. */
+  controls(subject: string): boolean {
+    return this.#control === subject;
   }
 
   begin(sink: RequestSink): number {
