@@ -486,7 +486,9 @@ describe(`${HOST} host, remote pools over NATS`, { skip, concurrency: false }, (
   it("NATS permissions: callers and agents confined to the pool's subjects; a user without them fails fast", async () => {
     const subject = "perm.jobs";
     const secured = await startNatsServer({ config: permissionsConfig(subject) });
-    const agent = await startAgent(secured.url, subject, ["--user", "agent"], { SPAWNPOOL_NATS_PASS: "agent-pass" });
+    const agent = await startAgent(secured.url, subject, ["--user", "agent", "--id", "a1"], {
+      SPAWNPOOL_NATS_PASS: "agent-pass",
+    });
     const caller = new Pool({ remote: { servers: secured.url, subject, user: "caller", pass: "caller-pass" } });
     const outsider = new Pool({ remote: { servers: secured.url, subject, user: "outsider", pass: "outsider-pass" } });
     try {
@@ -747,7 +749,7 @@ function permissionsConfig(subject: string): string {
       user: agent, password: agent-pass
       permissions: {
         publish: { allow: ["_INBOX.>"] }
-        subscribe: { allow: ["${subject}", "${subject}.agents", "${subject}.ctl.>"] }
+        subscribe: { allow: ["${subject}", "${subject}.agents", "${subject}.ctl.a1.*"] }
       }
     }
     {
