@@ -22,6 +22,7 @@
 export { Command, configureDefaultPool, Pool, spawn } from "./pool.ts";
 export type {
   CommandOptions,
+  LocalPoolOptions,
   PoolOptions,
   PoolStats,
   RemoteOptions,

@@ -214,6 +214,7 @@ export function spawn(cmd: string[] | SpawnOptionsWithCmd, options?: SpawnOption
 
 export type {
   CommandOptions,
+  LocalPoolOptions,
   PooledChildProcess,
   PoolStats,
   RemoteOptions,

@@ -10,7 +10,7 @@ import type { Scheduler, Submission } from "./execution.ts";
 import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
 import { WorkerHandle } from "./worker_handle.ts";
 
-/** Options of a pool. */
+/** Options of a pool of local workers (a remote pool takes `remote` instead: pool.ts). */
 export interface PoolOptions {
   /**
    * Number of worker processes.

@@ -93,8 +93,12 @@ export interface AgentEvent {
 const MAX_WINDOW = 16 * 1024 * 1024;
 /** The agent's default bound on a command's buffered output. */
 const DEFAULT_MAX_BUFFER = 256 * 1024 * 1024;
-/** Stdin frames a caller may have on their way to the command before it waits for an acknowledgement. */
-const MAX_STDIN_IN_FLIGHT = 4;
+/**
+ * Stdin a caller may have on its way to the command before it waits for an acknowledgement: a caller writes one chunk
+ * of at most 256 KiB at a time (in several frames when the servers take smaller messages), and waits.
+ */
+const MAX_STDIN_AHEAD_BYTES = 1024 * 1024;
+const MAX_STDIN_AHEAD_FRAMES = 256;
 
 /** How long the Accepted frame may wait to leave with the command's next frame. */
 const ACCEPT_DELAY_MS = 20;
@@ -348,7 +352,8 @@ class Relay implements Submission, RequestSink {
   #sentBytes = [0, 0, 0];
   #credited = [0, 0, 0];
   /** Stdin frames the caller sent that the command has not yet acknowledged. */
-  #stdinInFlight = 0;
+  #stdinInFlight: number[] = [];
+  #stdinAheadBytes = 0;
   #heardAt = Date.now();
   #sentAt = 0;
   #acceptTimer: ReturnType<typeof setTimeout> | undefined;
@@ -407,8 +412,10 @@ class Relay implements Submission, RequestSink {
         return this.kill("its caller cancelled it");
       case Frame.Stdin:
         // A caller waits for each write's acknowledgement; one that does not would have the worker queue without end.
-        if (++this.#stdinInFlight > MAX_STDIN_IN_FLIGHT) {
-          return this.end("ERR_PROTOCOL", `The caller sent more than ${MAX_STDIN_IN_FLIGHT} stdin writes ahead`);
+        this.#stdinInFlight.push(payload.byteLength);
+        this.#stdinAheadBytes += payload.byteLength;
+        if (this.#stdinAheadBytes > MAX_STDIN_AHEAD_BYTES || this.#stdinInFlight.length > MAX_STDIN_AHEAD_FRAMES) {
+          return this.end("ERR_PROTOCOL", `The caller sent more stdin ahead of its acknowledgements than it may`);
         }
         return this.#toWorker(Frame.Stdin, new Uint8Array(payload));
       case Frame.StdinEnd:
@@ -520,7 +527,7 @@ class Relay implements Submission, RequestSink {
   }
 
   onStdinAck(written: boolean): void {
-    this.#stdinInFlight = Math.max(0, this.#stdinInFlight - 1);
+    this.#stdinAheadBytes -= this.#stdinInFlight.shift() ?? 0;
     this.out(Frame.StdinAck, new Uint8Array([written ? 0 : 1]));
   }
 

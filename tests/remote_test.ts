@@ -9,181 +9,42 @@
  */
 
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn as spawnChild } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawn as spawnChild } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Pool, SpawnPoolError } from "../mod.ts";
+import { Pool, type SpawnPoolError } from "../mod.ts";
 import { buildRequest } from "../core/options.ts";
 import { decodeJson, decodeU32, encodeJson, encodeU32, Frame } from "../core/frame.ts";
 import { decodeMessage, encodeMessage, frameParts, RemoteFrame } from "../remote/wire.ts";
+import { type NatsCluster, type NatsServer, startNatsCluster, startNatsServer } from "../support/nats_server.mjs";
+import { alive, HOST, hostArgv, survivors, withTimeout } from "./_helpers.ts";
 import {
-  type NatsCluster,
-  type NatsServer,
-  natsServerMissing,
-  natsServerPath,
-  startNatsCluster,
-  startNatsServer,
-} from "../support/nats_server.mjs";
-import { alive, childPids, HOST, hostArgv, survivors, withTimeout } from "./_helpers.ts";
+  type AgentProcess,
+  agents,
+  assertPoolError,
+  assertStopped,
+  descendants,
+  echoWorks,
+  freshSubject,
+  groupMembers,
+  groupSurvivors,
+  missing,
+  rejection,
+  skipWithout,
+  sleep,
+  startAgent,
+  startedPids,
+  text,
+} from "./_remote.ts";
 
-const missing = natsServerPath() === undefined ? natsServerMissing() : undefined;
-if (missing && !process.env.CI) console.log(`SKIP tests/remote_test.ts: ${missing}`);
-const skip = missing !== undefined && !process.env.CI ? missing : false;
-
-const CLI = fileURLToPath(new URL("../remote/cli.ts", import.meta.url).href);
+const skip = skipWithout("tests/remote_test.ts");
 const MOD = pathToFileURL(fileURLToPath(new URL("../mod.ts", import.meta.url).href)).href;
 let scratch = "";
-const text = (bytes: Uint8Array): string => new TextDecoder().decode(bytes);
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-let subjects = 0;
-/** A subject of its own for each test. */
-const freshSubject = (): string => `sprt.${process.pid}.${subjects++}`;
-
-/** A process's descendants, from /proc. */
-function descendants(pid: number): number[] {
-  return childPids(pid).flatMap((child) => [child, ...descendants(child)]);
-}
-
-/** Processes in process group `pgid`, from /proc (zombies left out). */
-function groupMembers(pgid: number): number[] {
-  const found: number[] = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (fields[0] !== "Z" && Number(fields[2]) === pgid) found.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found;
-}
-
-/** Waits until process group `pgid` is empty (or `ms` passed); returns what is left. */
-async function groupSurvivors(pgid: number, ms: number): Promise<number[]> {
-  const deadline = performance.now() + ms;
-  while (groupMembers(pgid).length > 0 && performance.now() < deadline) await sleep(20);
-  return groupMembers(pgid);
-}
-
-/** Asserts `error` is a SpawnPoolError with `code` whose message matches `message`. */
-function assertPoolError(error: unknown, code: string | string[], message?: RegExp): SpawnPoolError {
-  assert.ok(error instanceof SpawnPoolError, `expected a SpawnPoolError, got ${String(error)}`);
-  const codes = [code].flat();
-  assert.ok(codes.includes(error.code), `code ${error.code} (${error.message}), expected ${codes.join(" or ")}`);
-  if (message) assert.match(error.message, message);
-  return error;
-}
-
-/** The rejection of `promise` (which must reject within `ms`), and how long it took. */
-async function rejection(promise: Promise<unknown>, ms = 10_000): Promise<{ error: unknown; ms: number }> {
-  const start = performance.now();
-  try {
-    await withTimeout(promise, ms, `did not settle in ${ms} ms`);
-  } catch (error) {
-    return { error, ms: performance.now() - start };
-  }
-  assert.fail("expected a rejection");
-}
-
-/** A running agent process. */
-interface AgentProcess {
-  child: ChildProcess;
-  pid: number;
-  lines: string[];
-  exited: Promise<number | null>;
-  /** SIGKILLs it (and waits for it). */
-  kill(): Promise<void>;
-  /** SIGTERMs it (running commands finish first) and waits. */
-  stop(): Promise<void>;
-}
-
-const agents = new Set<AgentProcess>();
-
-/** Starts `spawnpool agent` on `servers`; resolves once it logged "listening" (or rejects with its log). */
-function startAgent(
-  servers: string,
-  subject: string,
-  args: string[] = [],
-  env: Record<string, string> = {},
-  expectFailure = false,
-): Promise<AgentProcess> {
-  const [cmd, ...rest] = hostArgv(CLI, "agent", "--servers", servers, "--subject", subject, "--size", "2", ...args);
-  const child = spawnChild(cmd, rest, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...env } });
-  const lines: string[] = [];
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  const agent: AgentProcess = {
-    child,
-    pid: child.pid!,
-    lines,
-    exited,
-    async kill() {
-      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-      await exited;
-    },
-    async stop() {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill("SIGTERM");
-        const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
-        await exited.finally(() => clearTimeout(timer));
-      }
-    },
-  };
-  agents.add(agent);
-  exited.then(() => agents.delete(agent));
-  return new Promise((resolve, reject) => {
-    let partial = "";
-    const timer = setTimeout(() => reject(new Error(`agent not listening in 20 s:\n${lines.join("\n")}`)), 20_000);
-    child.stderr!.setEncoding("utf8");
-    child.stderr!.on("data", (chunk: string) => {
-      const parts = (partial + chunk).split("\n");
-      partial = parts.pop() ?? "";
-      for (const line of parts) {
-        lines.push(line);
-        if (line.includes('"listening"')) {
-          clearTimeout(timer);
-          resolve(agent);
-        }
-      }
-    });
-    exited.then((code) => {
-      clearTimeout(timer);
-      if (partial) lines.push(partial);
-      if (expectFailure) resolve(agent);
-      else reject(new Error(`agent exited (${code}) before listening:\n${lines.join("\n")}`));
-    });
-  });
-}
-
-/**
- * Asserts that a SIGTERMed agent stopped as it should: its "stopped" line, exit code 0. (Deno's node:child_process
- * reports a child it sent a signal to as ended by that signal, whatever it exited with.)
- */
-async function assertStopped(agent: AgentProcess): Promise<void> {
-  const code = await agent.exited;
-  assert.ok(agent.lines.some((line) => line.includes('"stopped"')), agent.lines.join("\n"));
-  if (HOST !== "deno") assert.equal(code, 0);
-  assert.equal(alive(agent.pid), false);
-}
-
-/** The pids of the agent's commands, from its "start" log lines. */
-function startedPids(agent: AgentProcess): number[] {
-  return agent.lines.filter((line) => line.includes('"start"')).map((line) => JSON.parse(line).pid as number);
-}
-
-/** Runs `echo hello` through `pool` and checks the output. */
-async function echoWorks(pool: Pool, word = "hello"): Promise<void> {
-  const proc = pool.spawn(["echo", word]);
-  const out = await new Response(proc.stdout).text();
-  assert.equal(await proc.exited, 0);
-  assert.equal(out, `${word}\n`);
-}
 
 describe(`${HOST} host, remote pools over NATS`, { skip, concurrency: false }, () => {
   let server: NatsServer;
@@ -391,7 +252,7 @@ describe(`${HOST} host, remote pools over NATS`, { skip, concurrency: false }, (
     agent: AgentProcess,
     remote: Record<string, unknown>,
   ): Promise<{ ms: number; reason: string }> {
-    const script = join(scratch, `caller-${subjects++}.mjs`);
+    const script = join(scratch, `caller-${freshSubject()}.mjs`);
     writeFileSync(
       script,
       `import { Pool } from ${JSON.stringify(MOD)};\n` +
