@@ -46,16 +46,18 @@ function fail(message: string): never {
   process.exit(2);
 }
 
+// `agent` is the one command, and may be left out (`deno run -A jsr:@spawnpool/spawnpool/agent --servers ...`).
 const argv = process.argv.slice(2);
+if (argv[0] === "agent") argv.shift();
 if (argv[0] === "--help" || argv[0] === "-h") {
   console.log(USAGE);
   process.exit(0);
 }
-if (argv[0] !== "agent") fail(argv[0] === undefined ? "name a command: agent" : `unknown command "${argv[0]}"`);
+if (argv[0] !== undefined && !argv[0].startsWith("-")) fail(`unknown command "${argv[0]}"`);
 let values: Record<string, string | boolean | undefined>;
 try {
   values = parseArgs({
-    args: argv.slice(1),
+    args: argv,
     options: {
       servers: { type: "string" },
       subject: { type: "string" },
