@@ -1,15 +1,20 @@
 /**
  * What the remote-pool test files share: whether a nats-server is here, agent processes (remote/cli.ts under the
- * host's runtime) and their logs, process-group checks from /proc, and error assertions.
+ * host's runtime) and their logs, process-group checks from /proc, error assertions, and an operator-mode setup (JWTs
+ * and .creds files made at test time with @nats-io/nkeys).
  *
  * @module
  */
 
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn as spawnChild } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { Buffer } from "node:buffer";
+import { randomBytes } from "node:crypto";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
+import { createAccount, createOperator, createUser, type KeyPair } from "@nats-io/nkeys";
 import { type Pool, SpawnPoolError } from "../mod.ts";
 import { natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
 import { alive, childPids, HOST, hostArgv, withTimeout } from "./_helpers.ts";
@@ -174,4 +179,73 @@ export async function echoWorks(pool: Pool, word = "hello"): Promise<void> {
   const out = await new Response(proc.stdout).text();
   assert.equal(await proc.exited, 0);
   assert.equal(out, `${word}\n`);
+}
+
+/** A NATS JWT: `{"typ":"JWT","alg":"ed25519-nkey"}`, the claims, and `issuer`'s signature over "header.claims". */
+function natsJwt(issuer: KeyPair, subject: KeyPair, name: string, nats: Record<string, unknown>): string {
+  const segment = (value: unknown) => Buffer.from(JSON.stringify(value)).toString("base64url");
+  const claims = {
+    jti: randomBytes(20).toString("hex").toUpperCase(),
+    iat: Math.floor(Date.now() / 1000),
+    iss: issuer.getPublicKey(),
+    name,
+    sub: subject.getPublicKey(),
+    nats: { ...nats, version: 2 },
+  };
+  const signed = `${segment({ typ: "JWT", alg: "ed25519-nkey" })}.${segment(claims)}`;
+  return `${signed}.${Buffer.from(issuer.sign(new TextEncoder().encode(signed))).toString("base64url")}`;
+}
+
+/** The text of a user's .creds file: its JWT, then its NKey seed (the layout `nsc` writes). */
+function credsFile(jwt: string, user: KeyPair): string {
+  return `-----BEGIN NATS USER JWT-----\n${jwt}\n------END NATS USER JWT------\n\n` +
+    "************************* IMPORTANT *************************\n" +
+    "NKEY Seed printed below can be used to sign and prove identity.\n" +
+    "NKEYs are sensitive and should be treated as secrets.\n\n" +
+    `-----BEGIN USER NKEY SEED-----\n${new TextDecoder().decode(user.getSeed())}\n------END USER NKEY SEED------\n\n` +
+    "*************************************************************\n";
+}
+
+/** An operator-mode setup: the server's config, and .creds files of users of the preloaded account or of another. */
+export interface OperatorMode {
+  /** `operator: <JWT>`, `resolver: MEMORY`, and `resolver_preload` with the account's JWT. */
+  config: string;
+  /** .creds files of users `caller` and `agent` of the preloaded account. */
+  caller: string;
+  agent: string;
+  /** The .creds file of a user signed by another account's key, one the server does not know. */
+  stranger: string;
+}
+
+/**
+ * Makes, without `nsc`, an operator (self-signed), an account it signs, two users (caller, agent) the account signs,
+ * and a user signed by another account key, one the server has no JWT for; writes the .creds files into `dir`. No
+ * limits: -1 everywhere (`nsc`'s defaults).
+ */
+export function operatorMode(dir: string): OperatorMode {
+  mkdirSync(dir, { recursive: true });
+  const operator = createOperator();
+  const account = createAccount();
+  const other = createAccount();
+  const unlimited = { subs: -1, data: -1, payload: -1 };
+  const accountClaims = {
+    type: "account",
+    limits: { ...unlimited, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 },
+    default_permissions: { pub: {}, sub: {} },
+  };
+  const user = (name: string, issuer: KeyPair): string => {
+    const keys = createUser();
+    const jwt = natsJwt(issuer, keys, name, { type: "user", pub: {}, sub: {}, ...unlimited });
+    const file = join(dir, `${name}.creds`);
+    writeFileSync(file, credsFile(jwt, keys), { mode: 0o600 });
+    return file;
+  };
+  return {
+    config: `operator: ${natsJwt(operator, operator, "spawnpool-test", { type: "operator" })}\n` +
+      "resolver: MEMORY\n" +
+      `resolver_preload: {\n  ${account.getPublicKey()}: ${natsJwt(operator, account, "pool", accountClaims)}\n}\n`,
+    caller: user("caller", account),
+    agent: user("agent", account),
+    stranger: user("stranger", other),
+  };
 }

@@ -1,9 +1,9 @@
 /**
  * Remote pools over NATS against real nats-servers and real agent processes (remote/cli.ts under the host's runtime):
  * no agents, an agent SIGKILLed mid-stream, a cluster node SIGKILLed mid-stream, auth (token, user and password, TLS,
- * a wrong token), a caller that dies mid-command, busy agents, timeouts, NATS permissions, and both sides' defences
- * against a broken peer (a fake agent, a fake caller). Every test checks that nothing is left running. Without a
- * nats-server it prints one SKIP line and skips; on CI (CI set) it fails instead.
+ * operator mode with .creds files, a wrong token), a caller that dies mid-command, busy agents, timeouts, NATS
+ * permissions, and both sides' defences against a broken peer (a fake agent, a fake caller). Every test checks that
+ * nothing is left running. Without a nats-server it prints one SKIP line and skips; on CI (CI set) it fails instead.
  *
  * @module
  */
@@ -34,6 +34,7 @@ import {
   groupMembers,
   groupSurvivors,
   missing,
+  operatorMode,
   rejection,
   skipWithout,
   sleep,
@@ -243,6 +244,34 @@ describe(`${HOST} host, remote pools over NATS`, { skip, concurrency: false }, (
       await assertStopped(agent);
     });
   }
+
+  it("operator mode (.creds: a user JWT and its NKey seed): a command runs end to end; an unknown account's user is refused", async () => {
+    const users = operatorMode(join(scratch, "operator"));
+    const secured = await startNatsServer({ config: users.config });
+    const subject = freshSubject();
+    const agent = await startAgent(secured.url, subject, ["--creds", users.agent]);
+    const pool = new Pool({ remote: { servers: secured.url, subject, credentials: users.caller } });
+    const stranger = new Pool({ remote: { servers: secured.url, subject, credentials: users.stranger } });
+    try {
+      await pool.ready();
+      await echoWorks(pool, "creds");
+      assert.equal(pool.stats().workers[0]?.pid, agent.pid);
+      const { error, ms } = await rejection(stranger.spawn(["echo", "denied"]).exited);
+      assertPoolError(error, "ERR_REMOTE_CONNECT", /Could not connect to NATS at nats:\/\/127\.0\.0\.1:\d+: .*auth/i);
+      assert.ok(ms < 5000, `took ${ms} ms`);
+      // Refused for its account, not for a malformed JWT or signature: the server looked the account up.
+      for (let i = 0; i < 100 && !/Account fetch failed: account missing/.test(secured.log()); i++) await sleep(20);
+      assert.match(secured.log(), /Account fetch failed: account missing/);
+      assert.ok(!agent.lines.some((line) => line.includes("denied")));
+      assert.equal(startedPids(agent).length, 1);
+    } finally {
+      await pool.close();
+      await stranger.close({ drain: false });
+      await agent.stop();
+      await secured.stop();
+    }
+    await assertStopped(agent);
+  });
 
   /**
    * Runs `sleep 60` through a remote pool with `remote` options in a caller process of its own, SIGKILLs the caller,
