@@ -7,8 +7,9 @@
 // Run: `node bench/remote.mjs` (or `bun bench/remote.mjs`, `deno run -A bench/remote.mjs`): the host and the agent
 // run under that runtime. Env: BENCH_SPAWNS (per measurement at 30 in flight, default 300; a third at 1 in flight),
 // BENCH_ROUNDS (3). Writes bench/results/remote.md.
+import { Buffer } from "node:buffer";
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -24,7 +25,7 @@ const { Pool } = await import(HOST === "node" ? join(root, "dist/mod.js") : join
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-remote-bench-"));
 const catFile = writeCatFixture(scratch);
-const catBytes = catFixtureBytes();
+const catBytes = Buffer.from(catFixtureBytes());
 const server = await startNatsServer();
 const subject = `bench.${process.pid}`;
 const agentArgs = HOST === "deno"
@@ -53,7 +54,8 @@ const workloads = {
   cat: {
     cmd: "cat",
     args: [catFile],
-    check: (out) => out.length === catBytes.length && out.every((b, i) => b === catBytes[i]),
+    // memcmp (Buffer.equals): a byte-by-byte loop would cost the host more than the command.
+    check: (out) => catBytes.equals(out),
   },
 };
 
@@ -64,17 +66,42 @@ async function one(pool, workload) {
   return performance.now() - start;
 }
 
-/** `count` commands, `inFlight` at a time: spawns/s and the latencies. */
+/** CPU time (user + system) of process `pid` and its descendants so far, in µs, from /proc (Linux). */
+function treeCpu(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    let micros = (Number(fields[11]) + Number(fields[12])) * 10_000; // utime, stime in 100 Hz ticks
+    for (const task of readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean)) {
+      micros += treeCpu(Number(task));
+    }
+    return micros;
+  } catch {
+    return 0; // gone (a command that ended meanwhile): its CPU is then its parent's (cutime), not counted here
+  }
+}
+
+/** CPU per command, in µs, of the host, its local workers, the agent (with its workers) and the nats-server. */
+function cpuNow(pool) {
+  const { user, system } = process.cpuUsage();
+  const workers = pool.stats().runtime === "remote" ? 0 : pool.stats().workers.reduce((s, w) => s + treeCpu(w.pid), 0);
+  return { host: user + system, workers, agent: treeCpu(agent.pid), server: treeCpu(server.pid) };
+}
+
+/** `count` commands, `inFlight` at a time: spawns/s, the latencies, and CPU per command by process. */
 async function measure(pool, workload, count, inFlight) {
   const latencies = [];
   let next = 0;
+  const cpu = cpuNow(pool);
   const start = performance.now();
   await Promise.all(Array.from({ length: inFlight }, async () => {
     while (next++ < count) latencies.push(await one(pool, workload));
   }));
   const seconds = (performance.now() - start) / 1000;
+  const end = cpuNow(pool);
+  const per = Object.fromEntries(Object.keys(cpu).map((key) => [key, (end[key] - cpu[key]) / count]));
   latencies.sort((a, b) => a - b);
-  return { perSecond: count / seconds, p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99) };
+  return { perSecond: count / seconds, p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), cpu: per };
 }
 
 const results = {};
@@ -94,6 +121,7 @@ for (const [name, workload] of Object.entries(workloads)) {
         perSecond: median(list.map((r) => r.perSecond)),
         p50: median(list.map((r) => r.p50)),
         p99: median(list.map((r) => r.p99)),
+        cpu: Object.fromEntries(Object.keys(list[0].cpu).map((key) => [key, median(list.map((r) => r.cpu[key]))])),
       }]),
     );
   }
@@ -119,6 +147,17 @@ const lines = [
     `| ${name} | ${local.perSecond.toFixed(0)} | ${remote.perSecond.toFixed(0)} | ${
       (remote.perSecond / local.perSecond).toFixed(2)
     }x | ${local.p50.toFixed(2)} | ${remote.p50.toFixed(2)} | ${local.p99.toFixed(2)} | ${remote.p99.toFixed(2)} |`
+  ),
+  "",
+  "CPU per command in µs (user + system, /proc; the commands' own excluded): where the remote path's time goes.",
+  "",
+  "| workload | local: host | local: workers | remote: host | remote: agent and its workers | remote: nats-server |",
+  "|---|---:|---:|---:|---:|---:|",
+  ...Object.entries(results).map(([name, { local, remote }]) =>
+    `| ${name} | ${
+      [local.cpu.host, local.cpu.workers, remote.cpu.host, remote.cpu.agent, remote.cpu.server]
+        .map((us) => us.toFixed(0)).join(" | ")
+    } |`
   ),
 ];
 const table = lines.join("\n") + "\n";
