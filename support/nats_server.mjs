@@ -182,6 +182,15 @@ export function natsServerPath() {
 }
 
 /**
+ * Whether the remote tests must run, a missing nats-server failing them rather than skipping them: on CI (`CI` set, or
+ * `SPAWNPOOL_REQUIRE_NATS`, which .ci/run sets).
+ * @returns {boolean}
+ */
+export function natsRequired() {
+  return Boolean(process.env.CI || process.env.SPAWNPOOL_REQUIRE_NATS);
+}
+
+/**
  * One line naming what to install when natsServerPath() finds no nats-server; undefined when it finds one.
  * @returns {string | undefined}
  */

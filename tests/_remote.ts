@@ -16,7 +16,7 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { createAccount, createOperator, createUser, type KeyPair } from "@nats-io/nkeys";
 import { type Pool, SpawnPoolError } from "../mod.ts";
-import { natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
+import { natsRequired, natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
 import { alive, childPids, HOST, hostArgv, withTimeout } from "./_helpers.ts";
 
 /** Why the remote tests cannot run here (no nats-server), or undefined. */
@@ -27,7 +27,7 @@ export const missing: string | undefined = natsServerPath() === undefined ? nats
  * CI (CI set), where they must run (and fail).
  */
 export function skipWithout(file: string): string | false {
-  if (missing === undefined || process.env.CI) return false;
+  if (missing === undefined || natsRequired()) return false;
   console.log(`SKIP ${file}: ${missing}`);
   return missing;
 }

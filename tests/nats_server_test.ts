@@ -15,6 +15,7 @@ import { after, before, describe, it } from "node:test";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import {
   type NatsCluster,
+  natsRequired,
   natsServerMissing,
   natsServerPath,
   startNatsCluster,
@@ -23,8 +24,8 @@ import {
 import { alive, HOST, withTimeout } from "./_helpers.ts";
 
 const missing = natsServerPath() === undefined ? natsServerMissing() : undefined;
-if (missing && !process.env.CI) console.log(`SKIP tests/nats_server_test.ts: ${missing}`);
-const skip = missing !== undefined && !process.env.CI ? missing : false;
+if (missing && !natsRequired()) console.log(`SKIP tests/nats_server_test.ts: ${missing}`);
+const skip = missing !== undefined && !natsRequired() ? missing : false;
 
 /** The next message on `subject` as text, or a rejection after 5 s. */
 async function nextMessage(nc: NatsConnection, subject: string): Promise<() => Promise<string>> {
@@ -106,7 +107,7 @@ describe(`${HOST} host, nats-server for tests`, { skip }, () => {
         execFileSync("openssl", ["version"], { stdio: "ignore" });
         return false;
       } catch {
-        return process.env.CI ? false : "no openssl CLI";
+        return natsRequired() ? false : "no openssl CLI";
       }
     })(),
   }, async () => {

@@ -6,7 +6,7 @@
 import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
+import { natsRequired, natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
 import { bin, ensureInstalled, root } from "../support/setup.mjs";
 
 ensureInstalled();
@@ -140,7 +140,7 @@ const failures = [];
 for (const step of steps) {
   console.log(`\n=== ${step.name}`);
   if (step.nats && natsMissing) {
-    if (process.env.CI) {
+    if (natsRequired()) {
       console.log(`FAIL: no nats-server, and CI must run this step: ${natsMissing}`);
       failures.push(`${step.name}: no nats-server`);
     } else {
