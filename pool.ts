@@ -8,7 +8,7 @@
 import { currentPlatform } from "./adapters/runtime.ts";
 import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./shapes/command.ts";
 import type { Scheduler } from "./core/execution.ts";
-import { PoolCore, type PoolOptions as LocalPoolOptions, type PoolStats } from "./core/pool_core.ts";
+import { checkMaxQueue, PoolCore, type PoolOptions as LocalPoolOptions, type PoolStats } from "./core/pool_core.ts";
 import type { RemoteOptions, RemoteTlsOptions } from "./remote/options.ts";
 import { RemotePool } from "./remote/remote_pool.ts";
 import {
@@ -45,15 +45,13 @@ function backend(options: PoolOptions): PoolBackend {
   if (options?.remote === undefined) return new PoolCore(currentPlatform(), options);
   for (const key of ["size", "runtime", "execPath"] as const) {
     if (options[key] !== undefined) {
-      throw new TypeError(`${key} is not an option of a remote pool: its agents choose it (spawnpool agent --help)`);
+      throw new TypeError(
+        `Option "${key}" cannot be used with "remote": the agents choose it (spawnpool agent --help)`,
+      );
     }
   }
-  const maxQueue = options.maxQueue ?? Infinity;
-  if (maxQueue !== Infinity && (!Number.isInteger(maxQueue) || maxQueue < 0)) {
-    throw new RangeError(`maxQueue must be a non-negative integer, got ${String(options.maxQueue)}`);
-  }
   const host = currentPlatform().host;
-  return new RemotePool(options.remote, maxQueue, host.admit?.bind(host));
+  return new RemotePool(options.remote, checkMaxQueue(options.maxQueue), host.admit?.bind(host));
 }
 
 /**

