@@ -1,7 +1,8 @@
 /**
  * spawnpool runs child processes through a pool of long-lived worker processes, so the host's main
  * thread never pays for fork/exec. It offers the `Deno.Command` shape (`new Command`, `pool.command`),
- * the `Bun.spawn` shape (`spawn`, `pool.spawn`), and works in Deno, Bun and Node.
+ * the `Bun.spawn` shape (`spawn`, `pool.spawn`), and works in Deno, Bun and Node. With `new Pool({ remote })`, the
+ * same calls run their commands on agents on other machines, through NATS.
  *
  * @example Quick start
  * ```ts

@@ -74,18 +74,31 @@ export class Pool {
   readonly #core: PoolBackend;
 
   /**
-   * Creates a pool; no worker starts until the first command or `ready()`.
+   * Creates a pool; no worker starts (and a remote pool does not connect) until the first command or `ready()`.
    *
-   * @param options Size, worker runtime and limits.
+   * @param options Size, worker runtime and limits; or, with `remote`, the NATS servers and credentials of agents
+   *   that run the commands on other machines (docs/remote.md).
    * @throws {RangeError} If `size` or `maxQueue` is out of range.
-   * @throws {TypeError} If `runtime` is not "deno", "bun" or "node".
+   * @throws {TypeError} If `runtime` is not "deno", "bun", "node" or "native", if `remote` is malformed, or if `size`,
+   *   `runtime` or `execPath` is given with `remote`.
+   *
+   * @example A remote pool: the commands run on `spawnpool agent`s
+   * ```ts ignore
+   * import { Pool } from "@spawnpool/spawnpool";
+   *
+   * await using pool = new Pool({ remote: { servers: "nats://nats.internal:4222", subject: "jobs" } });
+   * const { stdout } = await pool.command("uname", { args: ["-n"] }).output(); // an agent's host name
+   * ```
    */
   constructor(options: PoolOptions = {}) {
     this.#core = backend(options);
     cores.set(this, this.#core);
   }
 
-  /** Starts every worker and resolves when all are ready. */
+  /**
+   * Starts every worker and resolves when all are ready; a remote pool connects and resolves once an agent answers
+   * (rejecting with `ERR_NO_AGENTS` when none does within 2 s).
+   */
   ready(): Promise<void> {
     return this.#core.ready();
   }
