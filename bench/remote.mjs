@@ -35,13 +35,22 @@ const agent = spawn(process.execPath, [...agentArgs, "agent", "--servers", serve
   cwd: root,
   stdio: ["ignore", "ignore", "pipe"],
 });
+// Its log (a line per command) is read until it listens, then drained unread.
 await new Promise((resolve, reject) => {
   let log = "";
-  agent.stderr.setEncoding("utf8").on("data", (text) => {
+  const listen = (text) => {
     log += text;
-    if (log.includes('"listening"')) resolve();
-  });
+    if (!log.includes('"listening"')) return;
+    agent.stderr.off("data", listen).on("data", () => {});
+    resolve();
+  };
+  agent.stderr.setEncoding("utf8").on("data", listen);
   agent.on("exit", (code) => reject(new Error(`The agent exited with ${code}: ${log}`)));
+});
+// Whatever happens below, the agent, the server and the scratch directory go.
+process.on("exit", () => {
+  agent.kill("SIGKILL");
+  rmSync(scratch, { recursive: true, force: true });
 });
 
 const local = new Pool();
