@@ -1,7 +1,8 @@
 /**
  * spawnpool runs child processes through a pool of long-lived worker processes, so the host's main
  * thread never pays for fork/exec. It offers the `Deno.Command` shape (`new Command`, `pool.command`),
- * the `Bun.spawn` shape (`spawn`, `pool.spawn`), and works in Deno, Bun and Node.
+ * the `Bun.spawn` shape (`spawn`, `pool.spawn`), and works in Deno, Bun and Node. With `new Pool({ remote })`, the
+ * same calls run their commands on agents on other machines, through NATS.
  *
  * @example Quick start
  * ```ts
@@ -20,7 +21,16 @@
  */
 
 export { Command, configureDefaultPool, Pool, spawn } from "./pool.ts";
-export type { CommandOptions, PoolOptions, PoolStats, SpawnOptions, SpawnOptionsWithCmd } from "./pool.ts";
+export type {
+  CommandOptions,
+  LocalPoolOptions,
+  PoolOptions,
+  PoolStats,
+  RemoteOptions,
+  RemoteTlsOptions,
+  SpawnOptions,
+  SpawnOptionsWithCmd,
+} from "./pool.ts";
 export type { CommandOutput, CommandStatus, PoolCommand, PooledChildProcess } from "./shapes/command.ts";
 export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./shapes/subprocess.ts";
 export type { RuntimeName, WorkerRuntime } from "./core/adapter.ts";

@@ -8,7 +8,9 @@
 import { currentPlatform } from "./adapters/runtime.ts";
 import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./shapes/command.ts";
 import type { Scheduler } from "./core/execution.ts";
-import { PoolCore, type PoolOptions, type PoolStats } from "./core/pool_core.ts";
+import { checkMaxQueue, PoolCore, type PoolOptions as LocalPoolOptions, type PoolStats } from "./core/pool_core.ts";
+import type { RemoteOptions, RemoteTlsOptions } from "./remote/options.ts";
+import { RemotePool } from "./remote/remote_pool.ts";
 import {
   PooledSubprocess,
   type PooledSubprocess as Subprocess,
@@ -16,6 +18,41 @@ import {
   type SpawnOptions,
   type SpawnOptionsWithCmd,
 } from "./shapes/subprocess.ts";
+
+/** Options of a pool: local workers (`size`, `runtime`, ...) or, with `remote`, agents on other machines. */
+export interface PoolOptions extends LocalPoolOptions {
+  /**
+   * Run the commands on agents (`spawnpool agent`) reached through NATS, instead of local workers: the servers, the
+   * subject the agents listen on, and the credentials. `size`, `runtime` and `execPath` are then the agents' to
+   * choose. Needs the NATS client, `@nats-io/transport-node`, loaded only for a remote pool.
+   */
+  remote?: RemoteOptions;
+}
+
+/** What runs a pool's commands: local workers or remote agents. */
+interface PoolBackend extends Scheduler {
+  ready(): Promise<void>;
+  stats(): PoolStats;
+  close(options?: { drain?: boolean }): Promise<void>;
+}
+
+/**
+ * The backend `options` ask for.
+ *
+ * @throws {TypeError} For bad options, or local-worker options given with `remote`.
+ */
+function backend(options: PoolOptions): PoolBackend {
+  if (options?.remote === undefined) return new PoolCore(currentPlatform(), options);
+  for (const key of ["size", "runtime", "execPath"] as const) {
+    if (options[key] !== undefined) {
+      throw new TypeError(
+        `Option "${key}" cannot be used with "remote": the agents choose it (spawnpool agent --help)`,
+      );
+    }
+  }
+  const host = currentPlatform().host;
+  return new RemotePool(options.remote, checkMaxQueue(options.maxQueue), host.admit?.bind(host));
+}
 
 /**
  * A pool of long-lived worker processes that run commands for this process. Workers start on first
@@ -34,21 +71,34 @@ import {
  * ```
  */
 export class Pool {
-  readonly #core: PoolCore;
+  readonly #core: PoolBackend;
 
   /**
-   * Creates a pool; no worker starts until the first command or `ready()`.
+   * Creates a pool; no worker starts (and a remote pool does not connect) until the first command or `ready()`.
    *
-   * @param options Size, worker runtime and limits.
+   * @param options Size, worker runtime and limits; or, with `remote`, the NATS servers and credentials of agents
+   *   that run the commands on other machines (docs/remote.md).
    * @throws {RangeError} If `size` or `maxQueue` is out of range.
-   * @throws {TypeError} If `runtime` is not "deno", "bun" or "node".
+   * @throws {TypeError} If `runtime` is not "deno", "bun", "node" or "native", if `remote` is malformed, or if `size`,
+   *   `runtime` or `execPath` is given with `remote`.
+   *
+   * @example A remote pool: the commands run on `spawnpool agent`s
+   * ```ts ignore
+   * import { Pool } from "@spawnpool/spawnpool";
+   *
+   * await using pool = new Pool({ remote: { servers: "nats://nats.internal:4222", subject: "jobs" } });
+   * const { stdout } = await pool.command("uname", { args: ["-n"] }).output(); // an agent's host name
+   * ```
    */
   constructor(options: PoolOptions = {}) {
-    this.#core = new PoolCore(currentPlatform(), options);
+    this.#core = backend(options);
     cores.set(this, this.#core);
   }
 
-  /** Starts every worker and resolves when all are ready. */
+  /**
+   * Starts every worker and resolves when all are ready; a remote pool connects and resolves once an agent answers
+   * (rejecting with `ERR_NO_AGENTS` when none does within 2 s).
+   */
   ready(): Promise<void> {
     return this.#core.ready();
   }
@@ -93,7 +143,7 @@ export class Pool {
   }
 }
 
-const cores = new WeakMap<Pool, PoolCore>();
+const cores = new WeakMap<Pool, PoolBackend>();
 
 /** @internal The scheduler behind a pool, for the other API shapes. */
 export function schedulerOf(pool: Pool): Scheduler {
@@ -102,12 +152,12 @@ export function schedulerOf(pool: Pool): Scheduler {
   return core;
 }
 
-let shared: PoolCore | undefined;
+let shared: PoolBackend | undefined;
 let sharedOptions: PoolOptions = {};
 
 /** @internal The default pool, started on first use. */
-export function defaultPool(): Scheduler {
-  shared ??= new PoolCore(currentPlatform(), sharedOptions);
+export function defaultPool(): PoolBackend {
+  shared ??= backend(sharedOptions);
   return shared;
 }
 
@@ -129,7 +179,7 @@ export function defaultPool(): Scheduler {
  */
 export function configureDefaultPool(options: PoolOptions): void {
   if (shared !== undefined) throw new Error("The default pool has already started; configure it before first use");
-  new PoolCore(currentPlatform(), options); // validates; starts nothing
+  backend(options); // validates; starts nothing (a remote pool connects on first use)
   sharedOptions = { ...options };
 }
 
@@ -173,4 +223,13 @@ export function spawn(cmd: string[] | SpawnOptionsWithCmd, options?: SpawnOption
   return new PooledSubprocess(defaultPool(), parsed.cmd, parsed.options);
 }
 
-export type { CommandOptions, PooledChildProcess, PoolOptions, PoolStats, SpawnOptions, SpawnOptionsWithCmd };
+export type {
+  CommandOptions,
+  LocalPoolOptions,
+  PooledChildProcess,
+  PoolStats,
+  RemoteOptions,
+  RemoteTlsOptions,
+  SpawnOptions,
+  SpawnOptionsWithCmd,
+};

@@ -22,7 +22,19 @@ export type SpawnPoolErrorCode =
   /** Buffered output exceeded `maxBuffer` and the command was killed. */
   | "ERR_MAX_BUFFER"
   /** A worker broke the protocol; its channel was closed. */
-  | "ERR_PROTOCOL";
+  | "ERR_PROTOCOL"
+  /** A remote pool: no agent listens on the pool's subject. */
+  | "ERR_NO_AGENTS"
+  /**
+   * A remote pool: the command's messages did not get through: one was lost (a gap in the sequence numbers), no agent
+   * answered the request in 1.5 s, or the connection to NATS closed or could not send.
+   */
+  | "ERR_REMOTE_LOST"
+  /**
+   * A remote pool: the NATS client is not installed, the servers cannot be reached or reject the credentials, or NATS
+   * refused a subject the pool needs (a permissions violation).
+   */
+  | "ERR_REMOTE_CONNECT";
 
 /** Options for {@linkcode SpawnPoolError}. */
 export interface SpawnPoolErrorOptions {

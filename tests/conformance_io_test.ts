@@ -10,13 +10,17 @@ import { realpathSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { it } from "node:test";
 import { promisify } from "node:util";
-import { Pool, SpawnError, SpawnPoolError } from "../mod.ts";
+import { SpawnError, SpawnPoolError } from "../mod.ts";
 import { childProcessFor } from "../node.ts";
 import { fixture, hostArgv } from "./_helpers.ts";
-import { bytes, forEachWorker, readAll, scratch, text } from "./_conformance.ts";
+import { bytes, forEachWorker, itUnlessRemote, readAll, scratch, text } from "./_conformance.ts";
 
-forEachWorker("stdio, arguments, environment and output", (pool, runtime) => {
-  it("starts every worker on ready()", async () => {
+await forEachWorker("stdio, arguments, environment and output", (pool, runtime, workers) => {
+  const itWorkers = itUnlessRemote(
+    workers,
+    'stats() lists the agents that ran its commands (runtime "remote", none before the first), not workers ready() starts',
+  );
+  itWorkers("starts every worker on ready()", async () => {
     await pool.ready();
     const stats = pool.stats();
     assert.equal(stats.runtime, runtime);
@@ -39,7 +43,7 @@ forEachWorker("stdio, arguments, environment and output", (pool, runtime) => {
   });
 
   it("a request larger than a frame fails alone with E2BIG; the commands on its worker go on", async () => {
-    const own = new Pool({ size: 1, runtime });
+    const own = workers.newPool(1);
     try {
       const running = own.command("sh", { args: ["-c", "sleep 0.3; echo still here"] }).output();
       const huge = "x".repeat(65 * 1024 * 1024);
@@ -136,7 +140,12 @@ forEachWorker("stdio, arguments, environment and output", (pool, runtime) => {
     assert.equal(await readAll(proc.stderr), "err\n");
   });
 
-  it("stdout and stderr inherit reach the host's own stdout and stderr", async () => {
+  // The fixture's host would test only a local pool of its own.
+  const itInherit = itUnlessRemote(
+    workers,
+    `stdout and stderr "inherit" are the agent's, on its machine, not the caller's`,
+  );
+  itInherit("stdout and stderr inherit reach the host's own stdout and stderr", async () => {
     const [exe, ...args] = hostArgv(fixture("inherit_host.ts"), runtime);
     const out = await pool.command(exe, { args }).output();
     assert.equal(text(out.stdout), "to-stdout\nstatus 0\n");
@@ -219,7 +228,8 @@ forEachWorker("stdio, arguments, environment and output", (pool, runtime) => {
     assert.equal(await proc.exited, 0);
   });
 
-  it("balances requests across workers", async () => {
+  const itBalance = itUnlessRemote(workers, "stats() has an entry per agent (one here), not per worker of the agent's");
+  itBalance("balances requests across workers", async () => {
     const before = pool.stats().workers.map((w) => w.completed);
     await Promise.all(Array.from({ length: 20 }, () => pool.command("true").output()));
     const after = pool.stats().workers.map((w) => w.completed);

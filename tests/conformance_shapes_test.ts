@@ -11,7 +11,7 @@ import { it } from "node:test";
 import { HOST } from "./_helpers.ts";
 import { forEachWorker, scratch, text } from "./_conformance.ts";
 
-forEachWorker("the Deno and Bun shapes' finer points", (pool) => {
+await forEachWorker("the Deno and Bun shapes' finer points", (pool) => {
   it("request building ignores a tampered Array iterator and options planted on Object.prototype", async () => {
     const iterator = Array.prototype[Symbol.iterator];
     const proto = Object.prototype as Record<string, unknown>;

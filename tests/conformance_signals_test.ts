@@ -11,66 +11,86 @@ import { it } from "node:test";
 import { Pool, SpawnPoolError } from "../mod.ts";
 import { alive, fixture, hostArgv, rssBytes, survivors, withTimeout } from "./_helpers.ts";
 import { cancelledYes } from "../support/soak.ts";
-import { descendants, forEachWorker, scratch, text } from "./_conformance.ts";
+import { descendants, forEachWorker, itUnlessRemote, scratch, text } from "./_conformance.ts";
 
-forEachWorker("kills, signals, timeouts, maxBuffer, flow control and a host or worker that dies", (pool, runtime) => {
+const title = "kills, signals, timeouts, maxBuffer, flow control and a host or worker that dies";
+
+await forEachWorker(title, (pool, runtime, workers) => {
+  // Tests that signal a worker by its pid: a remote pool's workers are its agent's, and stats() gives the agent's pid.
+  const itWorkers = itUnlessRemote(
+    workers,
+    "its workers are the agent's, on its machine: stats() gives the agent's pid",
+  );
   it("cancelling stdout closes the pipe in the worker: the command gets SIGPIPE", async () => {
     // Without the release `yes` would run forever. How it notices depends on the pipe: SIGPIPE on a
     // pipe, or ECONNRESET (exit 1) on the socketpairs node and bun use for stdio when bytes were unread.
     assert.equal(await withTimeout(cancelledYes(pool), 5000, "yes is still running"), undefined);
   });
 
-  it("the host killed with SIGKILL: within 1 s its worker, the command and the command's children are gone", async () => {
-    const [exe, ...args] = hostArgv(fixture("host_to_kill.ts"));
-    const host = nodeSpawn(exe, [...args, runtime], { stdio: ["ignore", "pipe", "inherit"] });
-    const line = await new Promise<string>((resolve, reject) => {
-      let seen = "";
-      host.stdout.setEncoding("utf8").on("data", (s: string) => {
-        seen += s;
-        if (seen.includes("\n")) resolve(seen.split("\n")[0]);
+  const itHostKilled = itUnlessRemote(
+    workers,
+    "the agent, not a worker of the host's, runs the command: it ends the command when the caller's inbox is gone or " +
+      "the caller goes silent, not on its parent's death (and the fixture's host runs a local pool)",
+  );
+  itHostKilled(
+    "the host killed with SIGKILL: within 1 s its worker, the command and the command's children are gone",
+    async () => {
+      const [exe, ...args] = hostArgv(fixture("host_to_kill.ts"));
+      const host = nodeSpawn(exe, [...args, runtime], { stdio: ["ignore", "pipe", "inherit"] });
+      const line = await new Promise<string>((resolve, reject) => {
+        let seen = "";
+        host.stdout.setEncoding("utf8").on("data", (s: string) => {
+          seen += s;
+          if (seen.includes("\n")) resolve(seen.split("\n")[0]);
+        });
+        host.on("exit", (code) => reject(new Error(`host exited (${code}) before starting the command`)));
       });
-      host.on("exit", (code) => reject(new Error(`host exited (${code}) before starting the command`)));
-    });
-    const { worker, command } = JSON.parse(line) as { worker: number; command: number };
-    const family = [worker, command, ...descendants(command)];
-    assert.ok(family.length >= 3, `the command has a child (${family})`);
-    host.kill("SIGKILL");
-    assert.deepEqual(await survivors(family), [], "still alive 1 s after the host was killed");
-  });
+      const { worker, command } = JSON.parse(line) as { worker: number; command: number };
+      const family = [worker, command, ...descendants(command)];
+      assert.ok(family.length >= 3, `the command has a child (${family})`);
+      host.kill("SIGKILL");
+      assert.deepEqual(await survivors(family), [], "still alive 1 s after the host was killed");
+    },
+  );
 
   for (const signal of ["SIGKILL", "SIGTERM"] as const) {
-    it(`a worker ended by ${signal} mid-stream: its requests fail with ERR_WORKER_DIED, its commands die, the pool goes on`, async () => {
-      const own = new Pool({ size: 1, runtime });
-      const streaming = own.command("yes", { stdout: "piped" }).spawn();
-      const streamingPid = await streaming.spawned;
-      const reader = streaming.stdout.getReader();
-      assert.equal((await reader.read()).done, false);
-      const sleeper = own.command("sleep", { args: ["30"] }).spawn();
-      const sleeperPid = await sleeper.spawned;
-      process.kill(own.stats().workers[0].pid, signal);
-      const died = (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_DIED";
-      await assert.rejects(streaming.status, died);
-      await assert.rejects(sleeper.status, died);
-      await assert.rejects(async () => {
-        while (!(await reader.read()).done);
-      }, died);
-      assert.deepEqual(await survivors([streamingPid, sleeperPid]), [], "the dead worker's commands");
-      const later = await Promise.all([1, 2, 3].map((n) => own.command("echo", { args: [`${n}`] }).output()));
-      assert.deepEqual(later.map((out) => text(out.stdout)), ["1\n", "2\n", "3\n"]);
-      assert.equal(own.stats().started, 2, "one replacement worker");
-      await own.close();
-    });
+    itWorkers(
+      `a worker ended by ${signal} mid-stream: its requests fail with ERR_WORKER_DIED, its commands die, the pool goes on`,
+      async () => {
+        const own = new Pool({ size: 1, runtime });
+        const streaming = own.command("yes", { stdout: "piped" }).spawn();
+        const streamingPid = await streaming.spawned;
+        const reader = streaming.stdout.getReader();
+        assert.equal((await reader.read()).done, false);
+        const sleeper = own.command("sleep", { args: ["30"] }).spawn();
+        const sleeperPid = await sleeper.spawned;
+        process.kill(own.stats().workers[0].pid, signal);
+        const died = (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_WORKER_DIED";
+        await assert.rejects(streaming.status, died);
+        await assert.rejects(sleeper.status, died);
+        await assert.rejects(async () => {
+          while (!(await reader.read()).done);
+        }, died);
+        assert.deepEqual(await survivors([streamingPid, sleeperPid]), [], "the dead worker's commands");
+        const later = await Promise.all([1, 2, 3].map((n) => own.command("echo", { args: [`${n}`] }).output()));
+        assert.deepEqual(later.map((out) => text(out.stdout)), ["1\n", "2\n", "3\n"]);
+        assert.equal(own.stats().started, 2, "one replacement worker");
+        await own.close();
+      },
+    );
   }
 
   it("a command that signals its own process group (kill 0)", async () => {
-    const own = new Pool({ size: 1, runtime });
+    const own = workers.newPool(1);
     try {
       const sibling = own.command("sleep", { args: ["30"], stdout: "null", stderr: "null" }).spawn();
       const siblingPid = await sibling.spawned;
       const worker = own.stats().workers[0].pid;
       const outcome = await own.command("sh", { args: ["-c", "kill 0; sleep 5"] }).output()
         .then((out) => out.signal, (error: SpawnPoolError) => error.code);
-      if (runtime === "deno") {
+      // An agent runs every command in a process group of its own, whatever its workers' runtime; a remote pool's
+      // entry in stats() is the agent.
+      if (runtime === "deno" && !workers.remote) {
         // Deno workers share their process group with such commands (README, "Differences from the native
         // APIs"): the signal ends the worker too, and the pool starts another.
         assert.deepEqual(await survivors([worker]), [], "the worker went with its group");
@@ -238,28 +258,31 @@ forEachWorker("kills, signals, timeouts, maxBuffer, flow control and a host or w
     }
   });
 
-  it("a worker stopped (SIGSTOP) cannot hang a command with a timeout: ERR_TIMEOUT, the command and the worker killed, a new worker serves", async () => {
-    const own = new Pool({ size: 1, runtime });
-    await own.ready();
-    const [{ pid: worker }] = own.stats().workers;
-    try {
-      const proc = own.spawn(["sleep", "30"], { timeout: 300, forceKillAfterDelay: 100 });
-      const pid = await proc.spawned;
-      process.kill(worker, "SIGSTOP");
-      const error = await withTimeout(proc.exited.then(() => null, (e) => e), 10_000, "exited never settled");
-      assert.ok(error instanceof SpawnPoolError && error.code === "ERR_TIMEOUT", String(error));
-      assert.deepEqual(await survivors([pid, worker]), [], "the host killed the command and the worker");
-      assert.equal(text((await own.command("echo", { args: ["back"] }).output()).stdout), "back\n");
-      assert.equal(own.stats().started, 2, "a new worker took its place");
-    } finally {
+  itWorkers(
+    "a worker stopped (SIGSTOP) cannot hang a command with a timeout: ERR_TIMEOUT, the command and the worker killed, a new worker serves",
+    async () => {
+      const own = new Pool({ size: 1, runtime });
+      await own.ready();
+      const [{ pid: worker }] = own.stats().workers;
       try {
-        process.kill(worker, "SIGCONT");
-      } catch {
-        // killed already, as it should be
+        const proc = own.spawn(["sleep", "30"], { timeout: 300, forceKillAfterDelay: 100 });
+        const pid = await proc.spawned;
+        process.kill(worker, "SIGSTOP");
+        const error = await withTimeout(proc.exited.then(() => null, (e) => e), 10_000, "exited never settled");
+        assert.ok(error instanceof SpawnPoolError && error.code === "ERR_TIMEOUT", String(error));
+        assert.deepEqual(await survivors([pid, worker]), [], "the host killed the command and the worker");
+        assert.equal(text((await own.command("echo", { args: ["back"] }).output()).stdout), "back\n");
+        assert.equal(own.stats().started, 2, "a new worker took its place");
+      } finally {
+        try {
+          process.kill(worker, "SIGCONT");
+        } catch {
+          // killed already, as it should be
+        }
+        await own.close();
       }
-      await own.close();
-    }
-  });
+    },
+  );
 
   it("Bun shape: timeout resolves exited with the kill signal", async () => {
     const proc = pool.spawn(["sleep", "30"], { timeout: 100, killSignal: "SIGINT" });

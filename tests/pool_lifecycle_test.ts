@@ -141,7 +141,17 @@ describe(`${HOST} host, pool lifecycle`, () => {
     // find but PATH, which is emptied.
     const copy = join(scratch, "no-runtimes");
     for (
-      const entry of ["mod.ts", "pool.ts", "package.json", "core", "shapes", "adapters", "worker", "tests/fixtures"]
+      const entry of [
+        "mod.ts",
+        "pool.ts",
+        "package.json",
+        "core",
+        "shapes",
+        "adapters",
+        "worker",
+        "remote",
+        "tests/fixtures",
+      ]
     ) {
       cpSync(join(root, entry), join(copy, entry), { recursive: true });
     }

@@ -167,7 +167,26 @@ function runs(dir, host, workers) {
   });
 }
 
+/**
+ * The package's `spawnpool` bin under `host`: `--help` prints the agent's usage, and an agent started without the
+ * NATS client installed (an optional peer dependency the scratch apps leave out) fails saying how to get it.
+ */
+function agentBin(dir, host) {
+  check(`the spawnpool bin under ${host}: --help, and a clear error without the NATS client`, () => {
+    const cli = join(dir, "node_modules", ".bin", "spawnpool");
+    if (!run(host, [cli, "--help"], dir).startsWith("Usage: spawnpool agent")) throw new Error("no usage from --help");
+    let output = "";
+    try {
+      run(host, [cli, "agent", "--servers", "nats://127.0.0.1:9"], dir);
+    } catch (error) {
+      output = `${error.stdout}${error.stderr}`;
+    }
+    if (!/needs the NATS client: install @nats-io\/transport-node/.test(output)) throw new Error(`got ${output}`);
+  });
+}
+
 const nodeApp = scratchApp("node-app", ["node"], ["npm", "install", "--no-audit", "--no-fund", "--offline"]);
+agentBin(nodeApp, "node");
 runs(nodeApp, "node", "node");
 runs(nodeApp, "node", "bun");
 // A Deno app with a package.json uses its node_modules: the npm build, whose worker entry Bun can run (a JSR
@@ -184,6 +203,7 @@ const bunApp = scratchApp("bun-app", ["bun-types"], ["bun", "add", "--offline"])
 runs(bunApp, "bun", "bun");
 runs(bunApp, "bun", "native");
 runs(bunApp, "bun", "default");
+agentBin(bunApp, "bun");
 
 rmSync(scratch, { recursive: true, force: true });
 console.log(`pack test: ${passed} passed, ${failed} failed`);

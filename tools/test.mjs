@@ -1,10 +1,12 @@
 // `npm test`: the whole quality gate, what CI runs. Format, lint, type-checks and doc lint; every test file
-// under Deno, Bun and Node (the conformance suite against node, bun, deno and native workers); the drop-in's
-// differential suite again on native workers; the JSDoc examples; a JSR publish dry run; and the npm package
+// under Deno, Bun and Node (the conformance suite against node, bun, deno and native workers); the conformance suite
+// again on remote pools, an agent of each runtime behind a nats-server; the drop-in's differential suite again on
+// native workers; the JSDoc examples; a JSR publish dry run; and the npm package
 // installed into scratch Node and Bun apps. Setup builds the native worker first (support/build_native.mjs). Prints a total and exits non-zero on any failure.
 import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { natsRequired, natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
 import { bin, ensureInstalled, root } from "../support/setup.mjs";
 
 ensureInstalled();
@@ -27,6 +29,10 @@ const withExamples = [
     readdirSync(join(root, dir)).filter((name) => name.endsWith(".ts")).map((name) => `${dir}/${name}`)
   ),
 ].filter((file) => readFileSync(join(root, file), "utf8").includes("```ts"));
+// The conformance files, and the nats-server their remote pools need (when it is missing, those steps are skipped, but
+// not on CI).
+const conformance = tests.filter((file) => /\/conformance_\w+_test\.ts$/.test(file));
+const natsMissing = natsServerPath() === undefined ? natsServerMissing() : undefined;
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
   { name: "deno lint", cmd: "deno", args: ["lint"] },
@@ -70,6 +76,33 @@ const steps = [
     count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
   },
   { name: "node --test", cmd: "node", args: ["--test", ...tests], count: /ℹ pass (\d+)\s*ℹ fail (\d+)/ },
+  // The conformance suite on remote pools: each host runtime's pool sends its commands through a nats-server to an agent
+  // of the same runtime (whose workers run under it too).
+  {
+    name: "deno test the conformance files, remote pool with a deno agent",
+    cmd: "deno",
+    args: ["test", "-A", ...conformance],
+    env: { SPAWNPOOL_TEST_WORKERS: "remote-deno" },
+    nats: true,
+    count: /(\d+) passed \((\d+) steps\) \| (\d+) failed(?: \((\d+) steps\))?/,
+    totals: (m) => [Number(m[2]), Number(m[4] ?? m[3])],
+  },
+  {
+    name: "bun test the conformance files, remote pool with a bun agent",
+    cmd: "bun",
+    args: ["test", "--timeout", "30000", ...conformance],
+    env: { SPAWNPOOL_TEST_WORKERS: "remote-bun" },
+    nats: true,
+    count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
+  },
+  {
+    name: "node --test the conformance files, remote pool with a node agent",
+    cmd: "node",
+    args: ["--test", ...conformance],
+    env: { SPAWNPOOL_TEST_WORKERS: "remote-node" },
+    nats: true,
+    count: /ℹ pass (\d+)\s*ℹ fail (\d+)/,
+  },
   // The ./node drop-in's differential suite once more, its default pool on native workers, under each host.
   {
     name: "deno test tests/node_compat_test.ts and node_extras_test.ts, native workers",
@@ -106,6 +139,15 @@ let failed = 0;
 const failures = [];
 for (const step of steps) {
   console.log(`\n=== ${step.name}`);
+  if (step.nats && natsMissing) {
+    if (natsRequired()) {
+      console.log(`FAIL: no nats-server, and CI must run this step: ${natsMissing}`);
+      failures.push(`${step.name}: no nats-server`);
+    } else {
+      console.log(`SKIP ${step.name}: ${natsMissing}`);
+    }
+    continue;
+  }
   // A step that hangs fails (and is killed) after 20 minutes instead of holding CI forever.
   const result = spawnSync(join(bin, step.cmd), step.args, {
     cwd: root,

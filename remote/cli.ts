@@ -1,0 +1,165 @@
+#!/usr/bin/env node
+/**
+ * `spawnpool agent`: serves a remote pool's commands from this machine. Run it with `npx spawnpool agent`,
+ * `bunx spawnpool agent` or `deno run -A jsr:@spawnpool/spawnpool/agent`; `--help` lists the options.
+ *
+ * @module
+ */
+
+import { hostname } from "node:os";
+import process from "node:process";
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { currentPlatform } from "../adapters/runtime.ts";
+import type { WorkerRuntime } from "../core/adapter.ts";
+import { Agent, type AgentEvent, type AgentOptions } from "./agent.ts";
+
+const USAGE = `Usage: spawnpool agent [options]
+
+Runs commands for remote pools: takes them from NATS subject --subject (one agent of the queue group takes each),
+runs them in a local pool, and streams their output back. Needs the NATS client beside spawnpool
+(npm install @nats-io/transport-node). Whoever may publish to that subject can run commands as this agent's user:
+confine it with NATS permissions (docs/remote.md#security in the spawnpool package).
+
+  --servers URL[,URL]   NATS servers (env SPAWNPOOL_NATS_SERVERS)     [nats://127.0.0.1:4222]
+  --subject S           the subject callers send commands to          [spawnpool]
+  --queue Q             the queue group of this fleet's agents        [spawnpool]
+  --concurrency N       commands at once; past it, callers try another agent   [32]
+  --size N              local worker processes                        [2 to 4, by cores]
+  --runtime R           local workers' runtime: native, deno, bun or node   [native where built, else this one]
+  --token-file F        a file holding the server's token (env SPAWNPOOL_NATS_TOKEN)
+  --user U              user name (the password from env SPAWNPOOL_NATS_PASS)
+  --creds F             a .creds file (user JWT and NKey seed)
+  --tls                 TLS, with the system's trusted CAs
+  --tls-ca F            TLS, with this CA's PEM file
+  --tls-cert F          a client certificate (PEM), with --tls-key F
+  --name NAME           what callers see this agent as                [the host name]
+  --id ID               the agent's id in its control subjects, S.ctl.ID.* (fixed, for NATS permissions)  [random]
+  --max-buffer BYTES    the most buffered output a command may collect here   [268435456]
+  --verbose             log each command's arguments too
+  --help                this text
+
+Logs one JSON line per command start, exit and error on stderr. SIGINT or SIGTERM: stop taking commands, let the
+running ones finish (a second signal kills them), exit.`;
+
+function fail(message: string): never {
+  console.error(`spawnpool agent: ${message}\n\n${USAGE}`);
+  process.exit(2);
+}
+
+// `agent` is the one command, and may be left out (`deno run -A jsr:@spawnpool/spawnpool/agent --servers ...`).
+const argv = process.argv.slice(2);
+if (argv[0] === "agent") argv.shift();
+if (argv[0] === "--help" || argv[0] === "-h") {
+  console.log(USAGE);
+  process.exit(0);
+}
+if (argv[0] !== undefined && !argv[0].startsWith("-")) fail(`unknown command "${argv[0]}"`);
+let values: Record<string, string | boolean | undefined>;
+try {
+  values = parseArgs({
+    args: argv,
+    options: {
+      servers: { type: "string" },
+      subject: { type: "string" },
+      queue: { type: "string" },
+      concurrency: { type: "string" },
+      size: { type: "string" },
+      runtime: { type: "string" },
+      "token-file": { type: "string" },
+      user: { type: "string" },
+      creds: { type: "string" },
+      tls: { type: "boolean" },
+      "tls-ca": { type: "string" },
+      "tls-cert": { type: "string" },
+      "tls-key": { type: "string" },
+      name: { type: "string" },
+      id: { type: "string" },
+      "max-buffer": { type: "string" },
+      verbose: { type: "boolean" },
+      help: { type: "boolean" },
+    },
+  }).values;
+} catch (error) {
+  fail(error instanceof Error ? error.message : String(error));
+}
+if (values.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+
+const str = (key: string): string | undefined => values[key] as string | undefined;
+function positive(key: string): number | undefined {
+  const text = str(key);
+  if (text === undefined) return undefined;
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < 1) fail(`--${key} must be a positive integer, got "${text}"`);
+  return value;
+}
+
+const verbose = values.verbose === true;
+function log(event: AgentEvent): void {
+  const line = { time: new Date().toISOString(), ...event };
+  if (!verbose) delete line.args;
+  console.error(JSON.stringify(line));
+}
+
+function readSecret(file: string): string {
+  try {
+    return readFileSync(file, "utf8").trim();
+  } catch (error) {
+    fail(`cannot read ${file}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+const tokenFile = str("token-file");
+const options: AgentOptions = {
+  servers: (str("servers") ?? process.env.SPAWNPOOL_NATS_SERVERS ?? "nats://127.0.0.1:4222").split(","),
+  subject: str("subject"),
+  queue: str("queue"),
+  concurrency: positive("concurrency"),
+  pool: { size: positive("size"), runtime: str("runtime") as WorkerRuntime | undefined },
+  token: tokenFile !== undefined ? readSecret(tokenFile) : process.env.SPAWNPOOL_NATS_TOKEN,
+  credentials: str("creds"),
+  agentName: str("name"),
+  agentId: str("id"),
+  maxBuffer: positive("max-buffer"),
+  log,
+};
+if (str("user") !== undefined) {
+  options.user = str("user");
+  options.pass = process.env.SPAWNPOOL_NATS_PASS ?? fail("--user needs the password in env SPAWNPOOL_NATS_PASS");
+}
+if ((str("tls-cert") === undefined) !== (str("tls-key") === undefined)) fail("--tls-cert and --tls-key go together");
+if (values.tls === true || str("tls-ca") !== undefined || str("tls-cert") !== undefined) {
+  options.tls = { caFile: str("tls-ca"), certFile: str("tls-cert"), keyFile: str("tls-key") };
+}
+// Nothing of the agent's own secrets reaches the commands it runs.
+for (const name of ["SPAWNPOOL_NATS_TOKEN", "SPAWNPOOL_NATS_PASS"]) delete process.env[name];
+
+const platform = currentPlatform();
+let agent: Agent;
+try {
+  agent = new Agent(platform, options, hostname());
+} catch (error) {
+  fail(error instanceof Error ? error.message : String(error));
+}
+let signals = 0;
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.on(signal, () => {
+    // The first lets running commands finish; a second kills them.
+    void agent.stop({ drain: signals++ === 0 }).then(() => process.exit(0));
+  });
+}
+try {
+  await agent.start();
+} catch (error) {
+  log({ event: "failed", reason: error instanceof Error ? error.message : String(error) });
+  process.exit(1);
+}
+// The client reconnects for ever, but gives up on rejected credentials: an agent that can no longer serve exits, so
+// that its supervisor restarts it.
+void agent.closed.then((error) => {
+  log({ event: "failed", reason: `the connection to NATS closed: ${error?.message ?? "for good"}` });
+  void agent.stop({ drain: false }).finally(() => process.exit(1));
+});

@@ -1,0 +1,659 @@
+/**
+ * The caller's side of a remote pool: each command goes to one of the agents listening on the pool's subject,
+ * and its frames travel in NATS messages ({@linkcode ./wire.ts}). The API shapes see a scheduler like the local
+ * pool's.
+ *
+ * @module
+ */
+
+import { SpawnPoolError, type SpawnPoolErrorCode } from "../core/errors.ts";
+import type { Scheduler, Submission } from "../core/execution.ts";
+import {
+  concatBytes,
+  decodeJson,
+  decodeU32,
+  encodeCredit,
+  Frame,
+  type FrameType,
+  HEADER_BYTES,
+  ProtocolError,
+  type SpawnRequest,
+} from "../core/frame.ts";
+import { poolClosed, type PoolStats } from "../core/pool_core.ts";
+import { deliverFrame, type RequestChannel, type RequestSink } from "../core/worker_handle.ts";
+import { connectNats, type NatsConnection, type NatsMsg, newInbox, noResponders } from "./_nats.ts";
+import { checkRemoteOptions, type RemoteOptions } from "./options.ts";
+import {
+  type Accepted,
+  AGENT_SILENCE_MS,
+  type AgentInfo,
+  decodeMessage,
+  encodeMessage,
+  frameParts,
+  HEARTBEAT_MS,
+  randomToken,
+  REMOTE_ID,
+  RemoteFrame,
+  Sequence,
+  validSubject,
+} from "./wire.ts";
+
+/** Codes an agent may report a command's failure with; anything else is a broken agent. */
+const AGENT_FAILURES: ReadonlySet<string> = new Set<SpawnPoolErrorCode>([
+  "ERR_WORKER_DIED",
+  "ERR_WORKER_START",
+  "ERR_QUEUE_FULL",
+  "ERR_POOL_CLOSED",
+  "ERR_REMOTE_LOST",
+  "ERR_PROTOCOL",
+]);
+
+/**
+ * A pool with no command for this long closes its connection (and opens another for its next command): like a local
+ * pool's idle workers, an idle remote pool does not keep its process alive.
+ */
+const IDLE_CLOSE_MS = 1_000;
+
+/** A busy agent's command is offered again after this long, doubled each time up to the most. */
+const BUSY_RETRY_MS = 5;
+const BUSY_RETRY_MAX_MS = 200;
+
+/** Agents remembered for `stats()` once they run nothing for this pool (the busy ones are always listed). */
+const IDLE_AGENTS_KEPT = 64;
+
+/** The caller's side of a remote pool. */
+export class RemotePool implements Scheduler {
+  readonly #options: RemoteOptions & { subject: string };
+  readonly #maxQueue: number;
+  readonly #admit: ((request: SpawnRequest) => void) | undefined;
+  #connecting: Promise<NatsConnection> | undefined;
+  #nc: NatsConnection | undefined;
+  #inbox = "";
+  /** Every command from its submission to its end. */
+  readonly #live = new Set<RemoteCommand>();
+  /** Commands (and the offers of cancelled ones) by the reply subject of their offer. */
+  readonly #replies = new Map<string, RemoteCommand>();
+  /** Agents that took commands: what they run and have run. */
+  readonly #agents = new Map<string, { info: AgentInfo; inFlight: number; completed: number }>();
+  #agentsSeen = 0;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #idle: ReturnType<typeof setTimeout> | undefined;
+  /** Calls that need the connection while no command runs (`ready()`): no idle close meanwhile. */
+  #holds = 0;
+  #closed: Promise<void> | undefined;
+  /** Closed, and done closing: no agent is the pool's any more. */
+  #shut = false;
+
+  /**
+   * Creates a remote pool; it connects on its first command or `ready()`.
+   *
+   * @throws {TypeError} For bad options.
+   */
+  constructor(
+    options: RemoteOptions,
+    maxQueue: number = Infinity,
+    admit?: (request: SpawnRequest) => void,
+  ) {
+    this.#options = checkRemoteOptions(options);
+    this.#maxQueue = maxQueue;
+    this.#admit = admit;
+  }
+
+  /**
+   * @internal Applies the host runtime's rules for starting a command (a Deno host's run permission): the caller's
+   * permissions bind what it asks of agents as they bind what it asks of local workers.
+   */
+  admit(request: SpawnRequest): void {
+    this.#admit?.(request);
+  }
+
+  /** The pool's subject. */
+  get subject(): string {
+    return this.#options.subject;
+  }
+
+  /** Resolves once connected and an agent answered; rejects with `ERR_NO_AGENTS` when none listens. */
+  async ready(): Promise<void> {
+    if (this.#closed) throw poolClosed();
+    this.#holds++;
+    try {
+      const nc = await this.#connect();
+      try {
+        await nc.request(`${this.subject}.agents`, new Uint8Array(0), { timeout: 2_000 });
+      } catch (error) {
+        throw new SpawnPoolError("ERR_NO_AGENTS", `No agent answers on subject "${this.subject}"`, { cause: error });
+      }
+    } finally {
+      this.#holds--;
+      this.#idleLater();
+    }
+  }
+
+  /** @internal Sends a command to an agent, once connected. */
+  submit(submission: Submission): void {
+    if (this.#closed) return submission.reject(poolClosed(submission.request.cmd));
+    if (this.#waiting() >= this.#maxQueue) {
+      return submission.reject(
+        new SpawnPoolError("ERR_QUEUE_FULL", `Pool queue is full (maxQueue ${this.#maxQueue})`, {
+          command: submission.request.cmd,
+        }),
+      );
+    }
+    const command = new RemoteCommand(this, submission);
+    this.#live.add(command);
+    clearTimeout(this.#idle);
+    this.#idle = undefined;
+    this.#connect().then(
+      () => command.offer(),
+      (error) => command.fail(error instanceof SpawnPoolError ? error : connectFailed(error)),
+    );
+  }
+
+  /** Counts of commands, and per agent that ran some (none once the pool is closed). */
+  stats(): PoolStats {
+    let inFlight = 0;
+    for (const command of this.#live) if (command.accepted) inFlight++;
+    return {
+      runtime: "remote",
+      inFlight,
+      queued: this.#live.size - inFlight,
+      started: this.#agentsSeen,
+      workers: this.#shut ? [] : [...this.#agents.values()].map((agent) => ({
+        pid: agent.info.pid,
+        ready: true,
+        inFlight: agent.inFlight,
+        completed: agent.completed,
+        agent: agent.info.name,
+      })),
+    };
+  }
+
+  /**
+   * Closes the pool: with `drain` (the default) running and waiting commands finish first; otherwise they are
+   * cancelled (their agents kill them) and fail with `ERR_POOL_CLOSED`. Resolves once the connection is closed.
+   */
+  close(options: { drain?: boolean } = {}): Promise<void> {
+    this.#closed ??= this.#shutdown(options.drain ?? true);
+    return this.#closed;
+  }
+
+  async #shutdown(drain: boolean): Promise<void> {
+    await Promise.resolve();
+    while (drain && this.#live.size > 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    for (const command of [...this.#live]) command.fail(poolClosed(command.cmd));
+    clearInterval(this.#timer);
+    clearTimeout(this.#idle);
+    const nc = this.#nc ?? await this.#connecting?.catch(() => undefined);
+    await nc?.drain().catch(() => nc.close());
+    this.#shut = true;
+  }
+
+  #waiting(): number {
+    let waiting = 0;
+    for (const command of this.#live) if (!command.accepted) waiting++;
+    return waiting;
+  }
+
+  #connect(): Promise<NatsConnection> {
+    this.#connecting ??= (async () => {
+      const nc = await connectNats(this.#options, this.#options.name ?? "spawnpool");
+      this.#inbox = await newInbox(this.#options.inboxPrefix);
+      nc.subscribe(`${this.#inbox}.*`, {
+        callback: (error, msg) => {
+          if (error === null) this.#replies.get(msg.subject)?.receive(msg);
+        },
+      });
+      this.#nc = nc;
+      this.#timer = setInterval(() => {
+        const now = Date.now();
+        for (const command of [...this.#live]) command.tick(now);
+      }, HEARTBEAT_MS);
+      (this.#timer as { unref?: () => void }).unref?.();
+      void nc.closed().then((error) => {
+        // Closed by close() or when idle, or for good by the client (it retries forever otherwise): what runs is lost.
+        if (this.#nc !== nc) return;
+        this.#forget(nc);
+        const lost = new SpawnPoolError("ERR_REMOTE_LOST", "The connection to NATS closed", { cause: error });
+        for (const command of [...this.#live]) command.fail(this.#closed ? poolClosed() : lost);
+      });
+      void this.#watch(nc);
+      this.#idleLater();
+      return nc;
+    })();
+    this.#connecting.catch(() => (this.#connecting = undefined));
+    return this.#connecting;
+  }
+
+  /**
+   * Fails the commands a permissions violation stops, at once and saying so, rather than when their agent's silence
+   * runs out: a spawn subject this caller may not publish to fails the commands not yet taken; a control subject, its
+   * command; an inbox it may not subscribe to, every command.
+   */
+  async #watch(nc: NatsConnection): Promise<void> {
+    for await (const status of nc.status()) {
+      const error = status.error;
+      if (status.type !== "error" || error?.operation === undefined || error.subject === undefined) continue;
+      const { operation, subject } = error;
+      const denied = new SpawnPoolError(
+        "ERR_REMOTE_CONNECT",
+        `NATS refused to let this caller ${operation === "publish" ? "publish to" : "subscribe to"} "${subject}": ` +
+          `grant it in the servers' permissions (docs/remote.md#security)`,
+        { cause: error },
+      );
+      for (const command of [...this.#live]) {
+        if (
+          operation === "subscription" || (subject === this.subject ? !command.accepted : command.controls(subject))
+        ) {
+          command.fail(denied);
+        }
+      }
+    }
+  }
+
+  /** Arms the idle close, when nothing runs or waits. */
+  #idleLater(): void {
+    if (this.#live.size > 0 || this.#holds > 0 || this.#idle !== undefined || this.#nc === undefined) return;
+    if (this.#closed) return;
+    this.#idle = setTimeout(() => this.#closeIdle(), IDLE_CLOSE_MS);
+    (this.#idle as { unref?: () => void }).unref?.();
+  }
+
+  /** Closes the connection of a pool that has had no command for a while; the next command connects again. */
+  #closeIdle(): void {
+    this.#idle = undefined;
+    const nc = this.#nc;
+    if (nc === undefined || this.#live.size > 0 || this.#holds > 0 || this.#closed) return;
+    this.#forget(nc);
+    this.#replies.clear(); // offers of cancelled commands: their agents see the inbox gone
+    void nc.drain().catch(() => nc.close());
+  }
+
+  /** Stops using a connection: the next command makes another. */
+  #forget(nc: NatsConnection): void {
+    if (this.#nc !== nc) return;
+    this.#nc = undefined;
+    this.#connecting = undefined;
+    clearInterval(this.#timer);
+  }
+
+  /** @internal A new reply subject for a command's offer: random, so that no agent can guess another's. */
+  register(command: RemoteCommand): string {
+    const reply = `${this.#inbox}.${randomToken()}`;
+    this.#replies.set(reply, command);
+    return reply;
+  }
+
+  /** @internal Forgets a reply subject. */
+  unregister(reply: string): void {
+    this.#replies.delete(reply);
+  }
+
+  /** @internal A command ended (it may keep its reply subject a while, to cancel a late acceptance). */
+  ended(command: RemoteCommand): void {
+    this.#live.delete(command);
+    this.#idleLater();
+  }
+
+  /**
+   * @internal Publishes a message; false when it could not go (no connection, or the client refused it, as a message
+   * larger than the servers take).
+   */
+  publish(subject: string, data: Uint8Array, reply: string): boolean {
+    if (this.#nc === undefined) return false;
+    try {
+      this.#nc.publish(subject, data, { reply });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** @internal The largest message the servers take. */
+  get maxPayload(): number {
+    return this.#nc?.info?.max_payload ?? 1024 * 1024;
+  }
+
+  /** @internal Counts an agent's command. */
+  agentStarted(info: AgentInfo): void {
+    let agent = this.#agents.get(info.id);
+    if (agent === undefined) {
+      agent = { info, inFlight: 0, completed: 0 };
+      this.#agents.set(info.id, agent);
+      this.#agentsSeen++;
+    }
+    agent.inFlight++;
+  }
+
+  /** @internal Counts an agent's command done; an idle agent is forgotten once many are remembered. */
+  agentDone(info: AgentInfo): void {
+    const agent = this.#agents.get(info.id);
+    if (agent === undefined) return;
+    agent.inFlight--;
+    agent.completed++;
+    if (agent.inFlight === 0 && this.#agents.size > IDLE_AGENTS_KEPT) this.#agents.delete(info.id);
+  }
+}
+
+/** One command of a remote pool: the request channel its execution talks to, once an agent took it. */
+class RemoteCommand implements RequestChannel {
+  readonly #pool: RemotePool;
+  readonly #submission: Submission;
+  #sink: RequestSink | undefined;
+  /** The reply subject of the current offer ("" before the first). */
+  #reply = "";
+  #control: string | undefined;
+  #agent: AgentInfo | undefined;
+  #received = new Sequence();
+  #sent = 0;
+  /** Frames waiting to go, each frame's parts together. */
+  #frames: Uint8Array[][] = [];
+  #scheduled = false;
+  /** Bytes consumed per stream, as the cumulative offsets the agent is told (mod 2^32). */
+  #consumed = [0, 0, 0];
+  /** For each stdin write in flight, the frames it went in: its acknowledgement is theirs, together. */
+  #stdinParts: Array<{ left: number; written: boolean }> = [];
+  #offeredAt = 0;
+  #heardAt = 0;
+  #sentAt = 0;
+  #busy = 0;
+  #retry: ReturnType<typeof setTimeout> | undefined;
+  #done = false;
+
+  constructor(pool: RemotePool, submission: Submission) {
+    this.#pool = pool;
+    this.#submission = submission;
+  }
+
+  get accepted(): boolean {
+    return this.#control !== undefined;
+  }
+
+  get cmd(): string {
+    return this.#submission.request.cmd;
+  }
+
+  /** Whether `subject` is this command's control subject. */
+  controls(subject: string): boolean {
+    return this.#control === subject;
+  }
+
+  begin(sink: RequestSink): number {
+    this.#sink = sink;
+    return REMOTE_ID;
+  }
+
+  /** Offers the command to the agents (again, after a busy one). */
+  offer(): void {
+    if (this.#done) return;
+    const { payload } = this.#submission;
+    if (payload.byteLength + 4 + HEADER_BYTES > this.#pool.maxPayload) {
+      this.#submission.assign(this);
+      this.#end();
+      return this.#sink?.onSpawnError({
+        code: "E2BIG",
+        errno: -7,
+        message: `Argument list too long: the request takes ${payload.byteLength} bytes, more than a NATS message's ` +
+          `${this.#pool.maxPayload}`,
+      });
+    }
+    this.#reply = this.#pool.register(this);
+    this.#received = new Sequence();
+    this.#offeredAt = this.#heardAt = Date.now();
+    if (!this.#pool.publish(this.#pool.subject, encodeMessage(0, frameParts(Frame.Spawn, payload)), this.#reply)) {
+      this.fail(this.#error("ERR_REMOTE_LOST", "The request could not be sent: the connection to NATS is closed"));
+    }
+  }
+
+  send(type: FrameType, _id: number, payload?: Uint8Array | readonly Uint8Array[]): void {
+    if (this.#done) return;
+    let bytes = payload === undefined || payload instanceof Uint8Array ? payload : concatBytes(payload);
+    if (type === Frame.Credit && bytes !== undefined) {
+      // Credit travels as the cumulative offset consumed: a later credit covers an earlier one.
+      const fd = bytes[0] as 1 | 2;
+      this.#consumed[fd] = (this.#consumed[fd] + decodeU32(bytes, 1)) >>> 0;
+      bytes = encodeCredit(fd, this.#consumed[fd]);
+    }
+    if (type === Frame.Stdin && bytes !== undefined) {
+      // A write larger than a message goes in several frames, acknowledged as one.
+      const room = this.#room();
+      const count = Math.max(1, Math.ceil(bytes.byteLength / room));
+      this.#stdinParts.push({ left: count, written: true });
+      for (let i = 0; i < count; i++) this.#frames.push(frameParts(type, bytes.subarray(i * room, (i + 1) * room)));
+    } else {
+      this.#frames.push(frameParts(type, bytes));
+    }
+    if (!this.#scheduled) {
+      this.#scheduled = true;
+      queueMicrotask(() => this.#flush());
+    }
+  }
+
+  /** The most payload a frame of a message can carry. */
+  #room(): number {
+    return this.#pool.maxPayload - 4 - HEADER_BYTES;
+  }
+
+  /** Sends the waiting frames, in as few messages as the servers take. */
+  #flush(): void {
+    this.#scheduled = false;
+    if (this.#control === undefined || this.#frames.length === 0) return;
+    const frames = this.#frames;
+    this.#frames = [];
+    const limit = this.#pool.maxPayload - 4;
+    let parts: Uint8Array[] = [];
+    let bytes = 0;
+    const send = () => {
+      if (parts.length === 0) return;
+      this.#sentAt = Date.now();
+      const ok = this.#pool.publish(this.#control!, encodeMessage(this.#sent++, parts), this.#reply);
+      parts = [];
+      bytes = 0;
+      if (!ok) this.#end(this.#error("ERR_REMOTE_LOST", "A message to the agent could not be sent"));
+    };
+    for (const frame of frames) {
+      const size = frame.reduce((sum, part) => sum + part.byteLength, 0);
+      if (bytes + size > limit) send();
+      parts.push(...frame);
+      bytes += size;
+    }
+    send();
+  }
+
+  ref(): void {}
+
+  unrefRequest(): void {}
+
+  abandon(why: string): void {
+    this.fail(new SpawnPoolError("ERR_WORKER_DIED", `Agent ${this.#agentName()} ${why}; the command was cancelled`));
+  }
+
+  /** Heartbeat: a word to a silent agent, and the end of a command whose agent went silent. */
+  tick(now: number): void {
+    if (this.#done || this.#reply === "") return;
+    if (this.#control === undefined) {
+      if (this.#retry === undefined && now - this.#offeredAt > AGENT_SILENCE_MS) {
+        this.fail(this.#error("ERR_REMOTE_LOST", `No agent answered the request in ${AGENT_SILENCE_MS} ms`));
+      }
+      return;
+    }
+    if (now - this.#heardAt > AGENT_SILENCE_MS) {
+      return this.fail(
+        this.#error("ERR_WORKER_DIED", `Agent ${this.#agentName()} went silent for ${now - this.#heardAt} ms`),
+      );
+    }
+    if (now - this.#sentAt >= HEARTBEAT_MS) this.send(RemoteFrame.Ping as FrameType, REMOTE_ID);
+  }
+
+  /** A message from the agent (or the server's word that nobody listens). */
+  receive(msg: NatsMsg): void {
+    if (this.#done) return this.#late(msg);
+    if (noResponders(msg)) {
+      return this.fail(
+        this.#control === undefined
+          ? this.#error("ERR_NO_AGENTS", `No agent listens on subject "${this.#pool.subject}"`)
+          : this.#error("ERR_WORKER_DIED", `Agent ${this.#agentName()} is gone`),
+      );
+    }
+    try {
+      const { seq, frames } = decodeMessage(msg.data);
+      if (!this.#received.accept(seq)) {
+        return this.fail(this.#error("ERR_REMOTE_LOST", `A message from agent ${this.#agentName()} was lost`));
+      }
+      this.#heardAt = Date.now();
+      if (this.#control === undefined) return this.#answer(frames);
+      for (const { type, payload } of frames) {
+        if (this.#done) return;
+        this.#frame(type, payload);
+      }
+    } catch (error) {
+      this.fail(
+        this.#error("ERR_PROTOCOL", `Agent ${this.#agentName()} broke the protocol: ${messageOf(error)}`, error),
+      );
+    }
+  }
+
+  /**
+   * An agent's answer to the offer: Busy or Failed alone (a refusal), or Accepted first, with the frames that came
+   * with it.
+   */
+  #answer(frames: ReadonlyArray<{ type: number; payload: Uint8Array }>): void {
+    const first = frames[0];
+    if (first !== undefined && frames.length === 1 && first.type === RemoteFrame.Busy) return this.#busyAgent();
+    if (first !== undefined && frames.length === 1 && first.type === RemoteFrame.Failed) {
+      return this.#end(this.#failure(first.payload));
+    }
+    if (first === undefined || first.type !== RemoteFrame.Accepted) {
+      throw new ProtocolError(`Frame of type ${first?.type} before the agent accepted`);
+    }
+    const { control, agent } = this.#accepted(first.payload);
+    this.#control = control;
+    this.#agent = agent;
+    this.#pool.agentStarted(agent);
+    this.#sentAt = Date.now();
+    // The request runs now: the execution is assigned (its timeout backstop starts), and what it queued leaves.
+    this.#submission.assign(this);
+    for (const { type, payload } of frames.slice(1)) {
+      if (this.#done) return;
+      this.#frame(type, payload);
+    }
+  }
+
+  /** Checks an Accepted frame: its control subject must be under the pool's subject and the agent's id. */
+  #accepted(payload: Uint8Array): Accepted {
+    const accepted = decodeJson(payload) as unknown as Accepted;
+    const agent = accepted.agent;
+    if (
+      typeof agent !== "object" || agent === null || typeof agent.id !== "string" || !/^[\w-]{1,64}$/.test(agent.id) ||
+      typeof agent.name !== "string" || agent.name.length > 256 || !Number.isInteger(agent.pid) ||
+      typeof accepted.control !== "string" || !validSubject(accepted.control) ||
+      !accepted.control.startsWith(`${this.#pool.subject}.ctl.${agent.id}.`)
+    ) {
+      throw new ProtocolError("Accepted frame is malformed");
+    }
+    return { control: accepted.control, agent: { id: agent.id, name: agent.name, pid: agent.pid } };
+  }
+
+  #frame(type: number, payload: Uint8Array): void {
+    switch (type) {
+      case RemoteFrame.Ping:
+        return;
+      case RemoteFrame.Failed:
+        return this.#end(this.#failure(payload));
+      case RemoteFrame.Accepted:
+      case RemoteFrame.Busy:
+        throw new ProtocolError(`Frame of type ${type} after the agent accepted`);
+      case Frame.StdinAck: {
+        // One acknowledgement per write, once the last of its frames is acknowledged.
+        const write = this.#stdinParts[0];
+        if (write === undefined) throw new ProtocolError("Stdin acknowledged that was never written");
+        write.written &&= payload[0] === 0;
+        if (--write.left > 0) return;
+        this.#stdinParts.shift();
+        payload = new Uint8Array([write.written ? 0 : 1]);
+      }
+    }
+    // Kept as copies: the NATS client may read the next message into the same memory.
+    if (deliverFrame(this.#sink!, type, REMOTE_ID, payload, true, -1)) this.#end();
+  }
+
+  /** A Failed frame's error, its code one an agent may report. */
+  #failure(payload: Uint8Array): SpawnPoolError {
+    const failure = decodeJson(payload);
+    const code = String(failure.code);
+    if (!AGENT_FAILURES.has(code) || typeof failure.message !== "string") {
+      throw new ProtocolError("Failed frame is malformed");
+    }
+    return this.#error(code as SpawnPoolErrorCode, `Agent ${this.#agentName()}: ${failure.message.slice(0, 1000)}`);
+  }
+
+  /** A busy agent refused the command: it is offered again, after a while, to whichever agent takes it. */
+  #busyAgent(): void {
+    this.#pool.unregister(this.#reply);
+    const delay = Math.min(BUSY_RETRY_MAX_MS, BUSY_RETRY_MS * 2 ** this.#busy++);
+    this.#retry = setTimeout(() => {
+      this.#retry = undefined;
+      this.offer();
+    }, delay);
+  }
+
+  /**
+   * A message for an offer this command gave up on: an agent that accepted it late is told to cancel it at once
+   * (rather than run it until it notices its caller's silence).
+   */
+  #late(msg: NatsMsg): void {
+    try {
+      const first = decodeMessage(msg.data).frames[0];
+      if (first?.type !== RemoteFrame.Accepted) return;
+      const { control } = this.#accepted(first.payload);
+      this.#pool.unregister(this.#reply);
+      this.#pool.publish(control, encodeMessage(0, frameParts(RemoteFrame.Cancel)), this.#reply);
+    } catch {
+      // Nothing to cancel.
+    }
+  }
+
+  /** The command failed here: the agent is told to kill it, and the execution hears why. */
+  fail(error: SpawnPoolError): void {
+    if (this.#done) return;
+    if (this.#control !== undefined) {
+      this.#frames = [frameParts(RemoteFrame.Cancel)];
+      this.#flush();
+    }
+    this.#end(error);
+  }
+
+  /** Done, with `error` or after the frame that completed the request. */
+  #end(error?: SpawnPoolError): void {
+    if (this.#done) return;
+    this.#done = true;
+    clearTimeout(this.#retry);
+    if (this.#control === undefined && this.#reply !== "" && this.#retry === undefined) {
+      // An offer may have reached an agent whose answer is on its way: the reply subject stays a while, to cancel it.
+      const reply = this.#reply;
+      setTimeout(() => this.#pool.unregister(reply), 2 * AGENT_SILENCE_MS);
+    } else {
+      this.#pool.unregister(this.#reply);
+    }
+    this.#pool.ended(this);
+    if (this.#agent !== undefined) this.#pool.agentDone(this.#agent);
+    if (error === undefined) return;
+    if (this.#sink !== undefined) this.#sink.onFail(error);
+    else this.#submission.reject(error);
+  }
+
+  #agentName(): string {
+    return this.#agent === undefined ? "(none yet)" : `"${this.#agent.name}" (pid ${this.#agent.pid})`;
+  }
+
+  #error(code: SpawnPoolErrorCode, message: string, cause?: unknown): SpawnPoolError {
+    return new SpawnPoolError(code, message, { command: this.cmd, cause });
+  }
+}
+
+function connectFailed(error: unknown): SpawnPoolError {
+  return new SpawnPoolError("ERR_REMOTE_CONNECT", `Could not connect to NATS: ${messageOf(error)}`, { cause: error });
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
