@@ -163,19 +163,19 @@ export function defaultPool(): PoolBackend {
 
 /**
  * Sets the options of the default pool behind `Command`, `spawn` and the `./node` drop-in, such as
- * `{ runtime: "bun" }` to run a Node app's commands through Bun workers. Call it before the first
- * command; the default pool starts with these options on first use.
+ * `{ runtime: "bun" }` to run a Node app's commands through Bun workers, or `{ remote }` to run them on agents on
+ * other machines. Call it before the first command; the default pool starts with these options on first use.
+ *
+ * @param options Pool options, as for `new Pool()`.
+ * @throws {Error} If the default pool has already started.
+ * @throws {RangeError} If `size` or `maxQueue` is out of range.
+ * @throws {TypeError} For options `new Pool()` would refuse.
  *
  * @example Bun workers for a Node host
  * ```ts ignore
  * import { configureDefaultPool } from "@spawnpool/spawnpool";
  * configureDefaultPool({ runtime: "bun", size: 2 });
  * ```
- *
- * @param options Pool options, as for `new Pool()`.
- * @throws {Error} If the default pool has already started.
- * @throws {RangeError} If `size` or `maxQueue` is out of range.
- * @throws {TypeError} If `runtime` is not "deno", "bun" or "node".
  */
 export function configureDefaultPool(options: PoolOptions): void {
   if (shared !== undefined) throw new Error("The default pool has already started; configure it before first use");
