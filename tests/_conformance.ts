@@ -12,7 +12,6 @@
  */
 
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -22,7 +21,8 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Pool, type WorkerRuntime } from "../mod.ts";
 import { type NatsServer, startNatsServer } from "../support/nats_server.mjs";
-import { childPids, HOST, withTimeout } from "./_helpers.ts";
+import { childPids, HOST } from "./_helpers.ts";
+import { type AgentProcess, assertStopped, startAgentUnder } from "./_remote.ts";
 
 /** The worker runtimes under test: a worker runtime, or "remote-" and an agent's runtime for a remote pool. */
 export const WORKERS: string[] = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").split(",");
@@ -71,73 +71,6 @@ export function itUnlessRemote(
 
 const AGENT_RUNTIMES = ["node", "bun", "deno"];
 
-/** The agents still running, SIGKILLed if this process exits with them (a file that never reached its after hook). */
-const agents = new Set<ChildProcess>();
-process.on("exit", () => {
-  for (const agent of agents) agent.kill("SIGKILL");
-});
-
-/** An agent process of the remote pool: started, and listening on `subject`. */
-interface AgentProcess {
-  /** SIGTERM, then waits for its exit; rejects unless it stopped cleanly. */
-  stop(): Promise<void>;
-}
-
-/** Starts `spawnpool agent` under `runtime` (with workers of that runtime) and waits for its "listening" line. */
-async function startAgent(runtime: string, servers: string, subject: string): Promise<AgentProcess> {
-  const cli = join(root, "remote", "cli.ts");
-  const argv = runtime === "deno" ? ["run", "-A", "--quiet", cli] : [cli];
-  const child = spawn(runtime, [...argv, "agent", "--servers", servers, "--subject", subject, "--runtime", runtime], {
-    cwd: root,
-    // "inherit" on a remote pool is the agent's stdio: it goes nowhere here.
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  agents.add(child);
-  const log: string[] = [];
-  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => {
-    child.once("exit", (code, signal) => resolve({ code, signal }));
-    child.once("error", () => resolve({ code: null, signal: null }));
-  });
-  void exited.then(() => agents.delete(child));
-  let partial = "";
-  const listening = new Promise<void>((resolve, reject) => {
-    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
-      const lines = (partial + chunk).split("\n");
-      partial = lines.pop()!;
-      for (const line of lines) {
-        log.push(line);
-        if (line.includes('"event":"listening"')) resolve();
-      }
-      log.splice(0, log.length - 200); // the last lines, for a failure's message
-    });
-    void exited.then(({ code, signal }) =>
-      reject(new Error(`the ${runtime} agent exited (${signal ?? code}) before listening:\n${log.join("\n")}`))
-    );
-  });
-  try {
-    await withTimeout(listening, 30_000, `the ${runtime} agent did not listen in 30 s`);
-  } catch (error) {
-    child.kill("SIGKILL");
-    await exited;
-    throw error;
-  }
-  return {
-    async stop() {
-      // The first SIGTERM lets running commands finish; a second kills them; SIGKILL if even that hangs.
-      const escalate = [
-        setTimeout(() => child.kill("SIGTERM"), 5_000),
-        setTimeout(() => child.kill("SIGKILL"), 10_000),
-      ];
-      child.kill("SIGTERM");
-      const { code, signal } = await exited.finally(() => escalate.forEach(clearTimeout));
-      const how = `the ${runtime} agent's exit (${signal ?? code}):\n${log.join("\n")}`;
-      assert.match(log.at(-1) ?? "", /"event":"stopped"/, how);
-      // A Deno host's node:child_process reports the signal it sent as the exit's, even for an exit(0).
-      if (HOST !== "deno") assert.deepEqual({ code, signal }, { code: 0, signal: null }, how);
-    },
-  };
-}
-
 /**
  * One describe block per worker runtime, named for the host, the runtime and `title`, with a pool of two workers of
  * that runtime for its tests (or, for "remote-X", a remote pool whose agent runs under X); with `closePool`, a last
@@ -171,12 +104,13 @@ export async function forEachWorker(
       if (remote) {
         let agent: AgentProcess | undefined;
         before(async () => {
-          agent = await startAgent(runtime, server!.url, subject);
+          agent = await startAgentUnder(runtime, server!.url, subject);
         });
         after(async () => {
           try {
             await pool.close({ drain: false });
             await agent?.stop();
+            if (agent !== undefined) await assertStopped(agent);
           } finally {
             if (--remoteBlocks === 0) await server!.stop();
           }

@@ -102,7 +102,7 @@ export interface AgentProcess {
 /** Agents still running, for a file's last hook to kill. */
 export const agents: Set<AgentProcess> = new Set<AgentProcess>();
 
-/** Starts `spawnpool agent` on `servers`; resolves once it logged "listening" (or rejects with its log). */
+/** Starts `spawnpool agent` on `servers` under this host's runtime; resolves once it logged "listening". */
 export function startAgent(
   servers: string,
   subject: string,
@@ -110,32 +110,60 @@ export function startAgent(
   env: Record<string, string> = {},
   expectFailure = false,
 ): Promise<AgentProcess> {
-  const [cmd, ...rest] = hostArgv(CLI, "agent", "--servers", servers, "--subject", subject, "--size", "2", ...args);
+  const argv = hostArgv(CLI, "agent", "--servers", servers, "--subject", subject, "--size", "2", ...args);
+  return launchAgent(argv, env, expectFailure);
+}
+
+/** Starts `spawnpool agent` under `runtime` ("node", "bun" or "deno"), its workers of that runtime too. */
+export function startAgentUnder(runtime: string, servers: string, subject: string): Promise<AgentProcess> {
+  const script = runtime === "deno" ? ["run", "-A", "--quiet", CLI] : [CLI];
+  return launchAgent([runtime, ...script, "agent", "--servers", servers, "--subject", subject, "--runtime", runtime]);
+}
+
+// An agent a file leaves running (one that never reached its after hook) goes with the test process.
+process.on("exit", () => {
+  for (const agent of agents) agent.child.kill("SIGKILL");
+});
+
+/** Runs `argv`, an agent; resolves once it logged "listening" (or rejects with its log; with `expectFailure`, resolves). */
+function launchAgent(argv: string[], env: Record<string, string> = {}, expectFailure = false): Promise<AgentProcess> {
+  const [cmd, ...rest] = argv;
+  // Its stdout ignored: "inherit" on a remote pool is the agent's stdio.
   const child = spawnChild(cmd, rest, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...env } });
   const lines: string[] = [];
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const exited = new Promise<number | null>((resolve) => {
+    child.once("exit", (code) => resolve(code));
+    child.once("error", () => resolve(null));
+  });
+  const running = () => child.exitCode === null && child.signalCode === null;
   const agent: AgentProcess = {
     child,
     pid: child.pid!,
     lines,
     exited,
     async kill() {
-      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      if (running()) child.kill("SIGKILL");
       await exited;
     },
     async stop() {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill("SIGTERM");
-        const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
-        await exited.finally(() => clearTimeout(timer));
-      }
+      if (!running()) return;
+      // The first SIGTERM lets running commands finish; a second kills them; SIGKILL if even that hangs.
+      const escalate = [
+        setTimeout(() => child.kill("SIGTERM"), 5_000),
+        setTimeout(() => child.kill("SIGKILL"), 10_000),
+      ];
+      child.kill("SIGTERM");
+      await exited.finally(() => escalate.forEach(clearTimeout));
     },
   };
   agents.add(agent);
   exited.then(() => agents.delete(agent));
   return new Promise((resolve, reject) => {
     let partial = "";
-    const timer = setTimeout(() => reject(new Error(`agent not listening in 20 s:\n${lines.join("\n")}`)), 20_000);
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`agent not listening in 30 s:\n${lines.join("\n")}`));
+    }, 30_000);
     child.stderr!.setEncoding("utf8");
     child.stderr!.on("data", (chunk: string) => {
       const parts = (partial + chunk).split("\n");
