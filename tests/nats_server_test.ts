@@ -13,19 +13,11 @@ import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import {
-  type NatsCluster,
-  natsRequired,
-  natsServerMissing,
-  natsServerPath,
-  startNatsCluster,
-  startNatsServer,
-} from "../support/nats_server.mjs";
+import { type NatsCluster, natsRequired, startNatsCluster, startNatsServer } from "../support/nats_server.mjs";
 import { alive, HOST, withTimeout } from "./_helpers.ts";
+import { missing, skipWithout } from "./_remote.ts";
 
-const missing = natsServerPath() === undefined ? natsServerMissing() : undefined;
-if (missing && !natsRequired()) console.log(`SKIP tests/nats_server_test.ts: ${missing}`);
-const skip = missing !== undefined && !natsRequired() ? missing : false;
+const skip = skipWithout("tests/nats_server_test.ts");
 
 /** The next message on `subject` as text, or a rejection after 5 s. */
 async function nextMessage(nc: NatsConnection, subject: string): Promise<() => Promise<string>> {
