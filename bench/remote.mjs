@@ -9,12 +9,13 @@
 // BENCH_ROUNDS (3). Writes bench/results/remote.md.
 import { Buffer } from "node:buffer";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { catFixtureBytes, countOf, median, percentile, writeCatFixture } from "../support/fixture.mjs";
 import { startNatsServer } from "../support/nats_server.mjs";
+import { childPids, cpuMillis } from "../support/proc.ts";
 import { buildDist, root } from "../support/setup.mjs";
 
 const HOST = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
@@ -75,16 +76,10 @@ async function one(pool, workload) {
   return performance.now() - start;
 }
 
-/** CPU time (user + system) of process `pid` and its descendants so far, in µs, from /proc (Linux). */
+/** CPU time (user + system) of process `pid` and its live descendants so far, in µs (Linux). */
 function treeCpu(pid) {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    let micros = (Number(fields[11]) + Number(fields[12])) * 10_000; // utime, stime in 100 Hz ticks
-    for (const task of readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean)) {
-      micros += treeCpu(Number(task));
-    }
-    return micros;
+    return cpuMillis(pid) * 1000 + childPids(pid).reduce((sum, child) => sum + treeCpu(child), 0);
   } catch {
     return 0; // gone (a command that ended meanwhile): its CPU is then its parent's (cutime), not counted here
   }

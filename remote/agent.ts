@@ -37,7 +37,9 @@ import {
   decodeMessage,
   encodeMessage,
   frameParts,
+  frameRoom,
   HEARTBEAT_MS,
+  maxPayloadOf,
   randomToken,
   RemoteFrame,
   Sequence,
@@ -115,7 +117,7 @@ export class Agent {
   readonly #log: (event: AgentEvent) => void;
   #nc: NatsConnection | undefined;
   #subscriptions: NatsSubscription[] = [];
-  /** Commands by their control token. */
+  /** Commands by their control subject. */
   readonly #relays = new Map<string, Relay>();
   #timer: ReturnType<typeof setInterval> | undefined;
   #stopped: Promise<void> | undefined;
@@ -265,15 +267,14 @@ export class Agent {
     const token = randomToken();
     const control = `${this.#options.subject}.ctl.${this.#info.id}.${token}`;
     const relay = new Relay(this, request, reply, control, randomToken().slice(0, 8));
-    this.#relays.set(token, relay);
+    this.#relays.set(control, relay);
     relay.accept(encodeJson({ control, agent: this.#info }));
     this.#pool.submit(relay);
   }
 
   /** A message on a command's control subject (or the server's word that its caller's inbox is gone). */
   #control(msg: NatsMsg): void {
-    const token = msg.subject.slice(msg.subject.lastIndexOf(".") + 1);
-    const relay = this.#relays.get(token);
+    const relay = this.#relays.get(msg.subject);
     if (relay === undefined) return;
     if (noResponders(msg)) return relay.kill("its caller is gone");
     relay.receive(msg.data);
@@ -292,7 +293,7 @@ export class Agent {
 
   /** @internal The largest message the servers take. */
   get maxPayload(): number {
-    return this.#nc?.info?.max_payload ?? 1024 * 1024;
+    return maxPayloadOf(this.#nc);
   }
 
   /** @internal */
@@ -302,7 +303,7 @@ export class Agent {
 
   /** @internal */
   done(relay: Relay): void {
-    for (const [token, each] of this.#relays) if (each === relay) this.#relays.delete(token);
+    this.#relays.delete(relay.control);
   }
 }
 
@@ -332,7 +333,8 @@ class Relay implements Submission, RequestSink {
   pid: number | undefined;
   readonly #agent: Agent;
   readonly #reply: string;
-  readonly #control: string;
+  /** The command's control subject. */
+  readonly control: string;
   readonly #name: string;
   #worker: RequestChannel | undefined;
   /** The caller's frames that came before the local pool took the command. */
@@ -364,7 +366,7 @@ class Relay implements Submission, RequestSink {
     this.request = request;
     this.payload = encodeJson(request);
     this.#reply = reply;
-    this.#control = control;
+    this.control = control;
     this.#name = name;
   }
 
@@ -572,7 +574,7 @@ class Relay implements Submission, RequestSink {
 
   /** The most payload one frame of a message may carry. */
   #frameRoom(): number {
-    return this.#agent.maxPayload - 4 - HEADER_BYTES;
+    return frameRoom(this.#agent.maxPayload);
   }
 
   /**
@@ -610,7 +612,7 @@ class Relay implements Submission, RequestSink {
     this.#partsBytes = 0;
     this.#sentAt = Date.now();
     // The control subject as the reply: a caller whose inbox is gone makes the server say so there.
-    this.#agent.publish(this.#reply, message, this.#control);
+    this.#agent.publish(this.#reply, message, this.control);
   }
 }
 

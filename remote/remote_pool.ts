@@ -15,7 +15,6 @@ import {
   encodeCredit,
   Frame,
   type FrameType,
-  HEADER_BYTES,
   ProtocolError,
   type SpawnRequest,
 } from "../core/frame.ts";
@@ -30,7 +29,9 @@ import {
   decodeMessage,
   encodeMessage,
   frameParts,
+  frameRoom,
   HEARTBEAT_MS,
+  maxPayloadOf,
   randomToken,
   REMOTE_ID,
   RemoteFrame,
@@ -132,7 +133,7 @@ export class RemotePool implements Scheduler {
   /** @internal Sends a command to an agent, once connected. */
   submit(submission: Submission): void {
     if (this.#closed) return submission.reject(poolClosed(submission.request.cmd));
-    if (this.#waiting() >= this.#maxQueue) {
+    if (this.#maxQueue !== Infinity && this.#waiting() >= this.#maxQueue) {
       return submission.reject(
         new SpawnPoolError("ERR_QUEUE_FULL", `Pool queue is full (maxQueue ${this.#maxQueue})`, {
           command: submission.request.cmd,
@@ -310,7 +311,7 @@ export class RemotePool implements Scheduler {
 
   /** @internal The largest message the servers take. */
   get maxPayload(): number {
-    return this.#nc?.info?.max_payload ?? 1024 * 1024;
+    return maxPayloadOf(this.#nc);
   }
 
   /** @internal Counts an agent's command. */
@@ -386,7 +387,7 @@ class RemoteCommand implements RequestChannel {
   offer(): void {
     if (this.#done) return;
     const { payload } = this.#submission;
-    if (payload.byteLength + 4 + HEADER_BYTES > this.#pool.maxPayload) {
+    if (payload.byteLength > frameRoom(this.#pool.maxPayload)) {
       this.#submission.assign(this);
       this.#end();
       return this.#sink?.onSpawnError({
@@ -415,7 +416,7 @@ class RemoteCommand implements RequestChannel {
     }
     if (type === Frame.Stdin && bytes !== undefined) {
       // A write larger than a message goes in several frames, acknowledged as one.
-      const room = this.#room();
+      const room = frameRoom(this.#pool.maxPayload);
       const count = Math.max(1, Math.ceil(bytes.byteLength / room));
       this.#stdinParts.push({ left: count, written: true });
       for (let i = 0; i < count; i++) this.#frames.push(frameParts(type, bytes.subarray(i * room, (i + 1) * room)));
@@ -426,11 +427,6 @@ class RemoteCommand implements RequestChannel {
       this.#scheduled = true;
       queueMicrotask(() => this.#flush());
     }
-  }
-
-  /** The most payload a frame of a message can carry. */
-  #room(): number {
-    return this.#pool.maxPayload - 4 - HEADER_BYTES;
   }
 
   /** Sends the waiting frames, in as few messages as the servers take. */

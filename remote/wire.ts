@@ -17,7 +17,15 @@
  * @module
  */
 
-import { encodeHeader, FrameDecoder, ProtocolError } from "../core/frame.ts";
+import {
+  concatBytes,
+  decodeU32,
+  encodeHeader,
+  encodeU32,
+  FrameDecoder,
+  HEADER_BYTES,
+  ProtocolError,
+} from "../core/frame.ts";
 
 /** Frame types only a remote command uses (the local protocol's end at 24). */
 export const RemoteFrame = {
@@ -71,16 +79,20 @@ export const CALLER_SILENCE_MS = 3_000;
 
 /** Encodes one message: the sequence number, then the frames already encoded in `parts`. */
 export function encodeMessage(seq: number, parts: readonly Uint8Array[]): Uint8Array {
-  let length = 4;
-  for (const part of parts) length += part.byteLength;
-  const out = new Uint8Array(length);
-  new DataView(out.buffer).setUint32(0, seq);
-  let offset = 4;
-  for (const part of parts) {
-    out.set(part, offset);
-    offset += part.byteLength;
-  }
-  return out;
+  return concatBytes([encodeU32(seq), ...parts]);
+}
+
+/** A message's size when the connection does not say (NATS's default `max_payload`). */
+const DEFAULT_MAX_PAYLOAD = 1024 * 1024;
+
+/** The largest message a connection's servers take. */
+export function maxPayloadOf(nc: { info?: { max_payload: number } } | undefined): number {
+  return nc?.info?.max_payload ?? DEFAULT_MAX_PAYLOAD;
+}
+
+/** The most payload one frame can carry in a message of at most `maxPayload` bytes. */
+export function frameRoom(maxPayload: number): number {
+  return maxPayload - 4 - HEADER_BYTES;
 }
 
 /** A frame's parts: its header and payload, ready for {@linkcode encodeMessage}. */
@@ -105,7 +117,7 @@ export interface MessageFrame {
  */
 export function decodeMessage(data: Uint8Array): { seq: number; frames: MessageFrame[] } {
   if (data.byteLength < 4) throw new ProtocolError(`Message of ${data.byteLength} bytes has no sequence number`);
-  const seq = new DataView(data.buffer, data.byteOffset, data.byteLength).getUint32(0);
+  const seq = decodeU32(data);
   const frames: MessageFrame[] = [];
   const decoder = new FrameDecoder((type, id, payload) => {
     if (id !== REMOTE_ID) throw new ProtocolError(`Frame for request ${id} in a remote command's message`);

@@ -62,6 +62,11 @@ export function childPids(pid: number): number[] {
   return found;
 }
 
+/** A process's descendants, from /proc. */
+export function descendants(pid: number): number[] {
+  return childPids(pid).flatMap((child) => [child, ...descendants(child)]);
+}
+
 /** CPU time a live process has used so far (user + system), in milliseconds, from /proc/<pid>/stat. */
 export function cpuMillis(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");

@@ -21,7 +21,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Pool, type WorkerRuntime } from "../mod.ts";
 import { type NatsServer, startNatsServer } from "../support/nats_server.mjs";
-import { childPids, HOST } from "./_helpers.ts";
+import { HOST } from "./_helpers.ts";
 import { type AgentProcess, assertStopped, startAgentUnder } from "./_remote.ts";
 
 /** The worker runtimes under test: a worker runtime, or "remote-" and an agent's runtime for a remote pool. */
@@ -34,11 +34,6 @@ export const bytes = (s: string): Uint8Array => new TextEncoder().encode(s);
 export const scratch: string = mkdtempSync(join(tmpdir(), "spawnpool-test-"));
 /** The checkout. */
 export const root: string = fileURLToPath(new URL("..", import.meta.url).href);
-
-/** A process's descendants, from /proc. */
-export function descendants(pid: number): number[] {
-  return childPids(pid).flatMap((child) => [child, ...descendants(child)]);
-}
 
 /** A piped stream's whole content as text. */
 export async function readAll(stream: ReadableStream<Uint8Array> | undefined): Promise<string> {

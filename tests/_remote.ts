@@ -10,14 +10,15 @@ import assert from "node:assert/strict";
 import { type ChildProcess, spawn as spawnChild } from "node:child_process";
 import { Buffer } from "node:buffer";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { createAccount, createOperator, createUser, type KeyPair } from "@nats-io/nkeys";
 import { type Pool, SpawnPoolError } from "../mod.ts";
 import { natsRequired, natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
-import { alive, childPids, HOST, hostArgv, withTimeout } from "./_helpers.ts";
+import { alive, HOST, hostArgv, withTimeout } from "./_helpers.ts";
+import { inGroup } from "../support/session.mjs";
 
 /** Why the remote tests cannot run here (no nats-server), or undefined. */
 export const missing: string | undefined = natsServerPath() === undefined ? natsServerMissing() : undefined;
@@ -39,32 +40,11 @@ let subjects = 0;
 /** A subject of its own for each test. */
 export const freshSubject = (): string => `sprt.${process.pid}.${subjects++}`;
 
-/** A process's descendants, from /proc. */
-export function descendants(pid: number): number[] {
-  return childPids(pid).flatMap((child) => [child, ...descendants(child)]);
-}
-
-/** Processes in process group `pgid`, from /proc (zombies left out). */
-export function groupMembers(pgid: number): number[] {
-  const found: number[] = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (fields[0] !== "Z" && Number(fields[2]) === pgid) found.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found;
-}
-
 /** Waits until process group `pgid` is empty (or `ms` passed); returns what is left. */
 export async function groupSurvivors(pgid: number, ms: number): Promise<number[]> {
   const deadline = performance.now() + ms;
-  while (groupMembers(pgid).length > 0 && performance.now() < deadline) await sleep(20);
-  return groupMembers(pgid);
+  while (inGroup(pgid).length > 0 && performance.now() < deadline) await sleep(20);
+  return inGroup(pgid);
 }
 
 /** Asserts `error` is a SpawnPoolError with `code` whose message matches `message`. */

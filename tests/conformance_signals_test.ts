@@ -9,9 +9,9 @@ import { spawn as nodeSpawn } from "node:child_process";
 import process from "node:process";
 import { it } from "node:test";
 import { Pool, SpawnPoolError } from "../mod.ts";
-import { alive, fixture, hostArgv, rssBytes, survivors, withTimeout } from "./_helpers.ts";
+import { alive, descendants, fixture, hostArgv, rssBytes, survivors, withTimeout } from "./_helpers.ts";
 import { cancelledYes } from "../support/soak.ts";
-import { descendants, forEachWorker, itUnlessRemote, scratch, text } from "./_conformance.ts";
+import { forEachWorker, itUnlessRemote, scratch, text } from "./_conformance.ts";
 
 const title = "kills, signals, timeouts, maxBuffer, flow control and a host or worker that dies";
 

@@ -23,16 +23,15 @@ import { buildRequest } from "../core/options.ts";
 import { decodeJson, decodeU32, encodeJson, encodeU32, Frame } from "../core/frame.ts";
 import { decodeMessage, encodeMessage, frameParts, RemoteFrame } from "../remote/wire.ts";
 import { type NatsCluster, type NatsServer, startNatsCluster, startNatsServer } from "../support/nats_server.mjs";
-import { alive, HOST, hostArgv, survivors, withTimeout } from "./_helpers.ts";
+import { inGroup } from "../support/session.mjs";
+import { alive, descendants, HOST, hostArgv, survivors, withTimeout } from "./_helpers.ts";
 import {
   type AgentProcess,
   agents,
   assertPoolError,
   assertStopped,
-  descendants,
   echoWorks,
   freshSubject,
-  groupMembers,
   groupSurvivors,
   missing,
   operatorMode,
@@ -309,7 +308,7 @@ describe(`${HOST} host, remote pools over NATS`, { skip, concurrency: false }, (
         "the caller printed no pid",
       );
       assert.ok(pid > 1 && alive(pid), `pid ${pid}`);
-      assert.ok(groupMembers(pid).includes(pid), "the sleep leads a process group");
+      assert.ok(inGroup(pid).includes(pid), "the sleep leads a process group");
       caller.kill("SIGKILL");
       await callerExited;
       const start = performance.now();
