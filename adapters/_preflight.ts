@@ -7,10 +7,8 @@
  * @module
  */
 
-import { statSync } from "node:fs";
-import { delimiter, isAbsolute, join } from "node:path";
-import process from "node:process";
 import type { SpawnFailure, SpawnRequest } from "../core/frame.ts";
+import { isAbsolutePath, joinPath, PATH_DELIMITER, system } from "./_system.ts";
 
 interface DenoPermissions {
   permissions: { querySync(descriptor: { name: string; variable?: string }): { state: string; partial?: boolean } };
@@ -38,8 +36,8 @@ function mayLook(): { read: boolean; path: boolean } {
  */
 function kind(path: string): "missing" | "notdir" | "dir" | "exec" | "file" | undefined {
   try {
-    const stat = statSync(path);
-    return stat.isDirectory() ? "dir" : (stat.mode & 0o111) !== 0 ? "exec" : "file";
+    const stat = system.stat(path);
+    return stat.directory ? "dir" : (stat.mode & 0o111) !== 0 ? "exec" : "file";
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     return code === "ENOENT" ? "missing" : code === "ENOTDIR" ? "notdir" : undefined;
@@ -57,8 +55,8 @@ const MAX_FOUND = 1024;
  */
 export function preflight(request: SpawnRequest): SpawnFailure | undefined {
   const { cmd, cwd } = request;
-  const checksCwd = cwd !== undefined && isAbsolute(cwd);
-  const checksCmd = cmd.includes("/") ? isAbsolute(cmd) : true;
+  const checksCwd = cwd !== undefined && isAbsolutePath(cwd);
+  const checksCmd = cmd.includes("/") ? isAbsolutePath(cmd) : true;
   if (!(checksCwd || checksCmd)) return undefined;
   const may = mayLook();
   if (!may.read) return undefined;
@@ -81,14 +79,14 @@ export function preflight(request: SpawnRequest): SpawnFailure | undefined {
   const env = request.env;
   const own = env !== undefined && Object.hasOwn(env, "PATH");
   if (!own && !may.path) return undefined;
-  const path = own ? env.PATH : request.clearEnv ? undefined : process.env.PATH;
+  const path = own ? env.PATH : request.clearEnv ? undefined : system.getEnv("PATH");
   if (path === undefined) return undefined; // the runtime's default search path: left to the worker
   const key = `${path}\0${cmd}`;
   if (found.has(key)) return undefined;
-  for (const dir of path.split(delimiter)) {
+  for (const dir of path.split(PATH_DELIMITER)) {
     // A relative entry is the worker's to resolve, and an entry that cannot be read may hold it: no verdict.
-    if (dir === "" || !isAbsolute(dir)) return undefined;
-    const candidate = join(dir, cmd);
+    if (dir === "" || !isAbsolutePath(dir)) return undefined;
+    const candidate = joinPath(dir, cmd);
     const what = kind(candidate);
     // A file nobody may execute makes the search end in EACCES rather than ENOENT: left to the worker.
     if (what === undefined || what === "file") return undefined;

@@ -1,13 +1,12 @@
 /**
- * Worker-side process helpers, through node:process (which all three runtimes provide): termination
- * signals, process groups, and the environment a command gets.
+ * Process helpers of workers and hosts: termination signals, process groups, and the environment a command gets.
  *
  * @module
  */
 
-import { readFileSync } from "node:fs";
-import process from "node:process";
+import type { Adapter } from "../core/adapter.ts";
 import type { SpawnRequest } from "../core/frame.ts";
+import { system } from "./_system.ts";
 
 /** Calls `handler` once on SIGINT, SIGTERM or SIGHUP. */
 export function onTerminateSignal(handler: () => void): void {
@@ -17,7 +16,7 @@ export function onTerminateSignal(handler: () => void): void {
     called = true;
     handler();
   };
-  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, once);
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) system.onSignal(signal, once);
 }
 
 /**
@@ -27,8 +26,8 @@ export function onTerminateSignal(handler: () => void): void {
  * with no live process may still name a group whose leader exited while its members run on: that one is killed.
  */
 function mayKillGroup(group: number): boolean {
-  if (!Number.isInteger(group) || group <= 1 || group === process.pid) return false;
-  if (process.platform !== "linux" || !procReadable()) return true;
+  if (!Number.isInteger(group) || group <= 1 || group === system.pid) return false;
+  if (system.platform !== "linux" || !procReadable()) return true;
   if (group === groupOf("self")) return false;
   try {
     return groupOf(String(group)) === group;
@@ -40,7 +39,7 @@ function mayKillGroup(group: number): boolean {
 /** The process group of a process (`self` or a pid), from /proc/<pid>/stat (Linux); throws if there is none. */
 function groupOf(pid: string): number {
   // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after its last ")".
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const stat = system.readText(`/proc/${pid}/stat`);
   return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
 }
 
@@ -56,7 +55,7 @@ function procReadable(): boolean {
  */
 export function killOwnGroup(): void {
   try {
-    process.kill(-process.pid, "SIGKILL");
+    system.kill(-system.pid, "SIGKILL");
   } catch {
     // Not a group leader (started by hand): nothing to kill.
   }
@@ -67,7 +66,7 @@ export function killGroups(groups: readonly number[]): void {
   for (const group of groups) {
     if (!mayKillGroup(group)) continue;
     try {
-      process.kill(-group, "SIGKILL");
+      system.kill(-group, "SIGKILL");
     } catch {
       // Gone already (ESRCH).
     }
@@ -83,11 +82,21 @@ export function orphanKiller(ownGroup: boolean, workerPid: number): (pids: reado
 }
 
 /**
- * The environment for a command: the worker's own `process.env`, without a copy per spawn, unless the
- * request sets variables or clears it. (Not `undefined`: Bun would then pass on the environment the
+ * The environment for a command (Bun and Node workers): the worker's own `process.env`, without a copy per spawn,
+ * unless the request sets variables or clears it. (Not `undefined`: Bun would then pass on the environment the
  * worker started with, variables it has deleted included.)
  */
 export function commandEnv(request: SpawnRequest): Record<string, string | undefined> {
   if (request.clearEnv) return { ...request.env };
-  return request.env === undefined ? process.env : { ...process.env, ...request.env };
+  const own = system.environment();
+  return request.env === undefined ? own : { ...own, ...request.env };
 }
+
+/** An adapter's members that are this process's own, the same in every runtime. */
+export const ownProcess: Pick<Adapter, "onTerminate" | "deleteEnv" | "getEnv" | "pid" | "exit"> = {
+  onTerminate: onTerminateSignal,
+  deleteEnv: (name) => system.deleteEnv(name),
+  getEnv: (name) => system.getEnv(name),
+  pid: () => system.pid,
+  exit: (code) => system.exit(code),
+};

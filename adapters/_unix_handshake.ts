@@ -7,17 +7,14 @@
  * worker's stdin (never its environment or arguments, which children could read), accepts only a
  * connection whose first bytes are that secret, refuses every other one, and stops listening.
  *
+ * This module holds what every runtime shares and imports no `node:` module (a Deno host loads it at its first
+ * worker); the `node:net` listener of Node and Bun hosts is `_net_listener.ts`, the Deno host's is in `deno.ts`.
+ *
  * @module
  */
 
-import { closeSync, mkdtempSync, openSync, readSync, rmSync } from "node:fs";
-import { connect, createServer, type OnReadOpts, type Server, type Socket } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import process from "node:process";
 import type { ByteChannel } from "../core/adapter.ts";
-import { concatBytes } from "../core/frame.ts";
-import { socketChannel } from "./_socket_channel.ts";
+import { joinPath, system } from "./_system.ts";
 
 /** Bytes of the one-time secret. */
 export const SECRET_BYTES = 32;
@@ -65,31 +62,9 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return diff === 0;
 }
 
-/**
- * `length` random bytes: from /dev/urandom on a Node host, whose first `crypto.getRandomValues` loads all of Node's Web
- * Crypto (tens of ms, a cost every script that starts a worker would pay: `node bench/cold_start.mjs`); from Web
- * Crypto on Deno and Bun (where it costs nothing and reading a file may need a permission) or without /dev/urandom.
- */
-function randomBytes(length: number): Uint8Array {
-  const bytes = new Uint8Array(length);
-  if (!("Deno" in globalThis) && !("Bun" in globalThis)) {
-    try {
-      const fd = openSync("/dev/urandom", "r");
-      try {
-        if (readSync(fd, bytes) === length) return bytes;
-      } finally {
-        closeSync(fd);
-      }
-    } catch {
-      // no /dev/urandom (Windows): Web Crypto
-    }
-  }
-  return crypto.getRandomValues(bytes);
-}
-
 /** A fresh one-time secret. */
 export function newSecret(): Uint8Array {
-  return randomBytes(SECRET_BYTES);
+  return system.randomBytes(SECRET_BYTES);
 }
 
 /** The line a host writes to its worker's stdin. */
@@ -102,9 +77,9 @@ export function bootstrapLine(path: string, secret: Uint8Array): string {
  * (`dir`, to remove once connected).
  */
 export function privateSocketPath(abstract: boolean): { path: string; dir?: string } {
-  if (abstract) return { path: `\0spawnpool-${toHex(randomBytes(16))}` };
-  const dir = mkdtempSync(join(tmpdir(), "spawnpool-")); // mkdtemp creates it 0700
-  return { path: join(dir, "s"), dir };
+  if (abstract) return { path: `\0spawnpool-${toHex(system.randomBytes(16))}` };
+  const dir = system.makePrivateDir("spawnpool-");
+  return { path: joinPath(dir, "s"), dir };
 }
 
 /** A listener waiting for one worker; `Out` is what an authenticated connection becomes. */
@@ -199,97 +174,27 @@ export function pendingWorker<Conn, Out = ByteChannel>(
   };
 }
 
-/**
- * Listens with `node:net` on a fresh private socket for one connection presenting `secret`.
- *
- * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
- */
-async function listenNet<Out>(
-  abstract: boolean,
-  secret: Uint8Array,
-  accepted: (socket: Socket, rest: Uint8Array) => Out,
-): Promise<PendingWorker<Out> & { path: string }> {
-  const { path, dir } = privateSocketPath(abstract);
-  const server: Server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(path, () => {
-      server.off("error", reject);
-      // An accept that fails (EMFILE under a flood) is reported here, and the server goes on listening; with no
-      // listener for it, it would be an uncaught exception of the host.
-      server.on("error", () => {});
-      resolve();
-    });
-  });
-  const pending = pendingWorker<Socket, Out>(path, secret, {
-    listen: (onConnection) => server.on("connection", onConnection),
-    readSecret: (socket) =>
-      new Promise((resolve, reject) => {
-        let head: Uint8Array = new Uint8Array(0);
-        socket.on("error", () => {});
-        socket.once("close", reject);
-        const onData = (chunk: Uint8Array) => {
-          head = head.byteLength === 0 ? chunk : concatBytes([head, chunk]);
-          if (head.byteLength < SECRET_BYTES) return;
-          socket.off("data", onData);
-          socket.off("close", reject);
-          socket.pause();
-          resolve({ head: head.subarray(0, SECRET_BYTES), rest: head.slice(SECRET_BYTES) });
-        };
-        socket.on("data", onData);
-      }),
-    accepted,
-    drop: (socket) => socket.destroy(),
-    close() {
-      server.close();
-      if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
-    },
-  });
-  return { ...pending, path };
+/** Worker side: reads the bootstrap line from stdin and lets stdin go. */
+function readBootstrapLine(): Promise<string> {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  return deno === undefined ? readLineFromProcess() : readLineFromDeno(deno.stdin);
 }
 
-/**
- * Listens on a fresh private socket for one worker, with `node:net` (Node and Bun hosts).
- *
- * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
- */
-export function listenForWorker(abstract: boolean = process.platform === "linux"): Promise<PendingWorker> {
-  return listenNet(abstract, newSecret(), socketChannel);
-}
-
-/**
- * A connected pair of unix stream sockets, whose `worker` end a Node host hands its worker as fd 3 (and
- * then closes) while it reads the `host` end through `onread`. Node has no socketpair call, and the
- * sockets `child_process` makes for a pipe cannot be given `onread`, which only `net.connect` takes.
- *
- * The pair is made like a worker's handshake: the host connects to a fresh private socket and presents
- * a fresh secret, the listener takes only the connection that presents it, refuses all others and stops
- * listening. The host writes nothing else on `host` until the worker has `worker`.
- *
- * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
- */
-export async function connectedPair(
-  onread: OnReadOpts,
-  abstract: boolean = process.platform === "linux",
-): Promise<{ host: Socket; worker: Socket }> {
-  const secret = newSecret();
-  const pending = await listenNet(abstract, secret, (socket) => socket);
-  const host = connect({ path: pending.path, onread });
-  const failed = new Promise<void>((resolve) => {
-    host.on("error", () => resolve()); // the channel records errors once attached
-    host.once("close", () => resolve());
-  });
-  host.write(secret);
-  try {
-    return { host, worker: await pending.accept(failed) };
-  } catch (error) {
-    host.destroy();
-    throw error;
+async function readLineFromDeno(stdin: typeof Deno.stdin): Promise<string> {
+  let text = "";
+  const decoder = new TextDecoder();
+  const buffer = new Uint8Array(1024);
+  while (true) {
+    const n = await stdin.read(buffer);
+    if (n === null) throw new Error("Host closed stdin before sending the bootstrap line");
+    text += decoder.decode(buffer.subarray(0, n), { stream: true });
+    const end = text.indexOf("\n");
+    if (end >= 0) return text.slice(0, end);
   }
 }
 
-/** Worker side: reads the bootstrap line from stdin and lets stdin go. */
-function readBootstrapLine(): Promise<string> {
+function readLineFromProcess(): Promise<string> {
+  const stdin = (globalThis as unknown as { process: NodeJS.Process }).process.stdin;
   return new Promise<string>((resolve, reject) => {
     let text = "";
     const decoder = new TextDecoder();
@@ -297,12 +202,12 @@ function readBootstrapLine(): Promise<string> {
       text += decoder.decode(chunk, { stream: true });
       const end = text.indexOf("\n");
       if (end < 0) return;
-      process.stdin.off("data", onData);
-      process.stdin.pause();
+      stdin.off("data", onData);
+      stdin.pause();
       resolve(text.slice(0, end));
     };
-    process.stdin.on("data", onData);
-    process.stdin.once("end", () => reject(new Error("Host closed stdin before sending the bootstrap line")));
+    stdin.on("data", onData);
+    stdin.once("end", () => reject(new Error("Host closed stdin before sending the bootstrap line")));
   });
 }
 
@@ -343,14 +248,6 @@ async function openRetrying(open: () => Promise<ByteChannel>): Promise<ByteChann
       await new Promise((resolve) => setTimeout(resolve, CONNECT_RETRY_MS * Math.min(attempt, 20)));
     }
   }
-}
-
-/** Opens a `node:net` channel to the unix socket at `path`: how a Node worker connects. */
-export function openSocketChannel(path: string): Promise<ByteChannel> {
-  return new Promise((resolve, reject) => {
-    const socket = connect({ path }, () => resolve(socketChannel(socket)));
-    socket.once("error", reject);
-  });
 }
 
 /** A worker process as far as the handshake needs it. */

@@ -6,11 +6,11 @@
  * @module
  */
 
-import process from "node:process";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { exitBySignal } from "../core/signals.ts";
-import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { commandEnv, orphanKiller, ownProcess } from "./_signals.ts";
+import { system } from "./_system.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 
@@ -33,14 +33,16 @@ export const bunAdapter: Adapter = {
   async startWorker(launch) {
     // The unix-socket handshake (and the node:net under it) is loaded only by a start that uses it: a Bun host hands
     // its workers a socketpair.
-    const unix = launch.channel === "unix" ? await import("./_unix_handshake.ts") : undefined;
-    const pending = unix ? await unix.listenForWorker() : undefined;
+    const [unix, net] = launch.channel === "unix"
+      ? await Promise.all([import("./_unix_handshake.ts"), import("./_net_listener.ts")])
+      : [];
+    const pending = net ? await net.listenForWorker() : undefined;
     let proc;
     try {
       proc = Bun.spawn({
         cmd: [launch.execPath, ...launch.args],
         stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
-        env: { ...process.env, SPAWNPOOL_CHANNEL: launch.channel },
+        env: { ...system.environment(), SPAWNPOOL_CHANNEL: launch.channel },
         detached: launch.ownGroup,
       });
     } catch (error) {
@@ -141,7 +143,7 @@ export const bunAdapter: Adapter = {
         }
       },
       kill(signal, group) {
-        if (group) process.kill(-pid, signal);
+        if (group) system.kill(-pid, signal);
         else proc.kill(signal as NodeJS.Signals);
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
@@ -151,9 +153,5 @@ export const bunAdapter: Adapter = {
     return Promise.resolve(child);
   },
 
-  onTerminate: onTerminateSignal,
-  deleteEnv: (name) => void delete process.env[name],
-  getEnv: (name) => process.env[name],
-  pid: () => process.pid,
-  exit: (code) => process.exit(code),
+  ...ownProcess,
 };

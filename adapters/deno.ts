@@ -5,19 +5,19 @@
  * @module
  */
 
-import process from "node:process";
 import { type Adapter, type ByteChannel, LENDING_READ_BYTES, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
 import { exitBySignal } from "../core/signals.ts";
-import { killOwnGroup, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { killOwnGroup, orphanKiller, ownProcess } from "./_signals.ts";
+import { system } from "./_system.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import type { PendingWorker } from "./_unix_handshake.ts";
 
 /**
- * The unix-socket handshake (and node:net and node:fs under it), loaded by the first worker start or connection that
- * uses it rather than with this adapter, which every host imports (bench/cold_start.mjs).
+ * The unix-socket handshake, loaded by the first worker start or connection that uses it rather than with this
+ * adapter, which every host imports.
  */
 let unixModule: typeof import("./_unix_handshake.ts") | undefined;
 
@@ -156,7 +156,7 @@ export const denoAdapter: Adapter = {
       "--allow-net",
       "--allow-env=SPAWNPOOL_CHANNEL,NODE_CHANNEL_FD",
       // Without abstract sockets (not Linux) the channel is a socket file in a private directory.
-      ...(process.platform === "linux" ? [] : ["--allow-read", "--allow-write"]),
+      ...(system.platform === "linux" ? [] : ["--allow-read", "--allow-write"]),
       // Loaded from a URL (JSR): the worker imports its modules from the same host.
       ...(/^https?:/.test(entry) ? [`--allow-import=${new URL(entry).host}`] : []),
       entry,
@@ -281,11 +281,7 @@ export const denoAdapter: Adapter = {
     return Promise.resolve(controls);
   },
 
-  onTerminate: onTerminateSignal,
-  deleteEnv: (name) => Deno.env.delete(name),
-  getEnv: (name) => Deno.env.get(name),
-  pid: () => Deno.pid,
-  exit: (code) => Deno.exit(code),
+  ...ownProcess,
   // The host started this worker as a group leader: the group's id is our pid. SIGKILL ends the commands
   // in it, their children, and this process. (Started by hand, it leads no group: nothing to kill.)
   killOwnGroup,

@@ -6,10 +6,10 @@
  */
 
 import type { ChildProcess } from "node:child_process";
-import process from "node:process";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { commandEnv, onTerminateSignal, orphanKiller } from "./_signals.ts";
+import { commandEnv, orphanKiller, ownProcess } from "./_signals.ts";
+import { system } from "./_system.ts";
 
 /**
  * The modules that only starting a worker or a command needs, loaded by the first of them rather than with this
@@ -22,17 +22,19 @@ interface Modules {
   net: typeof import("node:net");
   channels: typeof import("./_socket_channel.ts");
   unix: typeof import("./_unix_handshake.ts");
+  listener: typeof import("./_net_listener.ts");
 }
 let modules: Modules | undefined;
 
 async function loadModules(): Promise<Modules> {
-  const [childProcess, net, channels, unix] = await Promise.all([
+  const [childProcess, net, channels, unix, listener] = await Promise.all([
     import("node:child_process"),
     import("node:net"),
     import("./_socket_channel.ts"),
     import("./_unix_handshake.ts"),
+    import("./_net_listener.ts"),
   ]);
-  modules = { childProcess, net, channels, unix };
+  modules = { childProcess, net, channels, unix, listener };
   return modules;
 }
 
@@ -105,8 +107,9 @@ export const nodeAdapter: Adapter = {
   },
 
   async startWorker(launch) {
-    const { childProcess: { spawn }, channels: { lendingSocketChannel }, unix } = modules ?? await loadModules();
-    const { connectedPair, handshake, listenForWorker } = unix;
+    const { childProcess: { spawn }, channels: { lendingSocketChannel }, unix: { handshake }, listener } = modules ??
+      await loadModules();
+    const { connectedPair, listenForWorker } = listener;
     const pending = launch.channel === "unix" ? await listenForWorker() : undefined;
     // The fd 3 channel: one end goes to the worker, the host reads the other into one reused buffer.
     const lending = pending ? undefined : lendingSocketChannel();
@@ -119,7 +122,7 @@ export const nodeAdapter: Adapter = {
     try {
       child = spawn(launch.execPath, launch.args, {
         stdio: pair ? ["ignore", "inherit", "inherit", pair.worker] : ["pipe", "inherit", "inherit"],
-        env: { ...process.env, SPAWNPOOL_CHANNEL: launch.channel },
+        env: { ...system.environment(), SPAWNPOOL_CHANNEL: launch.channel },
         detached: launch.ownGroup,
       });
     } catch (error) {
@@ -157,8 +160,8 @@ export const nodeAdapter: Adapter = {
   },
 
   async connectToHost(kind) {
-    const { net, channels, unix } = modules ?? await loadModules();
-    if (kind === "unix") return unix.connectFromBootstrap(unix.openSocketChannel);
+    const { net, channels, unix, listener } = modules ?? await loadModules();
+    if (kind === "unix") return unix.connectFromBootstrap(listener.openSocketChannel);
     return channels.socketChannel(new net.Socket({ fd: 3, readable: true, writable: true }));
   },
 
@@ -201,7 +204,7 @@ export const nodeAdapter: Adapter = {
         child.stdin?.end();
       },
       kill(signal, group) {
-        process.kill(group ? -pid : pid, signal);
+        system.kill(group ? -pid : pid, signal);
       },
       pause(fd: StreamFd) {
         streams[fd]?.pause();
@@ -217,9 +220,5 @@ export const nodeAdapter: Adapter = {
     return controls;
   },
 
-  onTerminate: onTerminateSignal,
-  deleteEnv: (name) => void delete process.env[name],
-  getEnv: (name) => process.env[name],
-  pid: () => process.pid,
-  exit: (code) => process.exit(code),
+  ...ownProcess,
 };

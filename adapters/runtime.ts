@@ -5,14 +5,10 @@
  * @module
  */
 
-import { existsSync } from "node:fs";
-import { createRequire } from "node:module";
-import { delimiter, dirname, join } from "node:path";
-import process from "node:process";
-import { fileURLToPath } from "node:url";
 import type { Adapter, Platform, RuntimeName, WorkerLaunch, WorkerRuntime } from "../core/adapter.ts";
 import { SpawnPoolError } from "../core/errors.ts";
 import { preflight } from "./_preflight.ts";
+import { dirnameOf, fileUrlToPath, joinPath, PATH_DELIMITER, system } from "./_system.ts";
 import { bunAdapter } from "./bun.ts";
 import { denoAdapter } from "./deno.ts";
 import { nodeAdapter } from "./node.ts";
@@ -36,11 +32,11 @@ export function adapterFor(runtime: RuntimeName): Adapter {
  */
 export const WORKER_ENTRY: string = (() => {
   const url = new URL(`../worker/main.${import.meta.url.endsWith(".js") ? "js" : "ts"}`, import.meta.url);
-  return url.protocol === "file:" ? fileURLToPath(url.href) : url.href;
+  return url.protocol === "file:" ? fileUrlToPath(url.href) : url.href;
 })();
 
 function findOnPath(name: string): string | undefined {
-  return findIn((process.env.PATH ?? "").split(delimiter).filter((dir) => dir !== ""), name);
+  return findIn((system.getEnv("PATH") ?? "").split(PATH_DELIMITER).filter((dir) => dir !== ""), name);
 }
 
 /**
@@ -49,27 +45,39 @@ function findOnPath(name: string): string | undefined {
  * each above it. Empty for a remote module's own location (JSR, a URL).
  */
 function nodeModulesBins(): string[] {
-  const starts = [process.cwd()];
-  if (import.meta.url.startsWith("file:")) starts.unshift(dirname(fileURLToPath(import.meta.url)));
+  const starts = [system.cwd()];
+  if (import.meta.url.startsWith("file:")) starts.unshift(dirnameOf(fileUrlToPath(import.meta.url)));
   const bins: string[] = [];
   for (const start of starts) {
-    for (let dir = start;; dir = dirname(dir)) {
-      const bin = join(dir, "node_modules", ".bin");
+    for (const dir of upward(start)) {
+      const bin = joinPath(dir, "node_modules", ".bin");
       if (!bins.includes(bin)) bins.push(bin);
-      if (dirname(dir) === dir) break;
     }
   }
   return bins;
 }
 
+/** `start` and each directory above it, up to the root. */
+function upward(start: string): string[] {
+  const dirs = [start];
+  for (let dir = start; dirnameOf(dir) !== dir;) dirs.push(dir = dirnameOf(dir));
+  return dirs;
+}
+
+/** Whether `path` exists (false where it cannot be told, as on a Deno host without read permission there). */
+function exists(path: string): boolean {
+  try {
+    system.stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function findIn(dirs: readonly string[], name: string): string | undefined {
   for (const dir of dirs) {
-    const candidate = join(dir, name);
-    try {
-      if (existsSync(candidate)) return candidate;
-    } catch {
-      // a Deno host without read permission there: not found
-    }
+    const candidate = joinPath(dir, name);
+    if (exists(candidate)) return candidate;
   }
   return undefined;
 }
@@ -79,7 +87,7 @@ function findIn(dirs: readonly string[], name: string): string | undefined {
  * `node_modules/.bin`, else found on PATH.
  */
 export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string {
-  if (runtime === host) return process.execPath;
+  if (runtime === host) return system.execPath();
   const found = findIn(nodeModulesBins(), runtime) ?? findOnPath(runtime);
   if (found === undefined) {
     throw new SpawnPoolError(
@@ -93,26 +101,24 @@ export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string
 }
 
 /** The npm package that holds the native worker for this platform (spawnpool's optionalDependencies). */
-export const NATIVE_WORKER_PACKAGE: string = `@spawnpool/worker-${process.platform}-${process.arch}`;
+export const NATIVE_WORKER_PACKAGE: string = `@spawnpool/worker-${system.platform}-${system.arch}`;
 
 /**
  * Where the native worker is looked for: `native/build/spawnpool-worker` next to this module in a checkout
  * (`npm run build:native`), `dist/native/spawnpool-worker-<platform>-<arch>` in a checkout's dist/, and the
  * per-platform optional package's `bin/spawnpool-worker` where a package manager installed spawnpool (npm, Bun,
- * or Deno with `npm:spawnpool`), found the way Node resolves a dependency of spawnpool's. None for a remote module
- * (JSR, a URL).
+ * pnpm, or Deno with `npm:spawnpool`): in the `node_modules` of this module's directory or of one above it, where
+ * Node would resolve a dependency of spawnpool's. None for a remote module (JSR, a URL).
  */
 function nativeWorkerCandidates(): string[] {
   if (!import.meta.url.startsWith("file:")) return [];
   const candidates = [
     `../native/build/spawnpool-worker`,
-    `../native/spawnpool-worker-${process.platform}-${process.arch}`,
-  ].map((path) => fileURLToPath(new URL(path, import.meta.url).href));
-  try {
-    const manifest = createRequire(import.meta.url).resolve(`${NATIVE_WORKER_PACKAGE}/package.json`);
-    candidates.push(join(dirname(manifest), "bin", "spawnpool-worker"));
-  } catch {
-    // not installed: another platform's, a checkout, or a package manager that left optional dependencies out
+    `../native/spawnpool-worker-${system.platform}-${system.arch}`,
+  ].map((path) => fileUrlToPath(new URL(path, import.meta.url).href));
+  for (const dir of upward(dirnameOf(fileUrlToPath(import.meta.url)))) {
+    if (dir.endsWith("/node_modules")) continue; // no node_modules/node_modules
+    candidates.push(joinPath(dir, "node_modules", NATIVE_WORKER_PACKAGE, "bin", "spawnpool-worker"));
   }
   return candidates;
 }
@@ -121,7 +127,7 @@ let nativeFound: string | undefined | null = null;
 
 /** The native worker's executable, looked for once per process; undefined when there is none. */
 export function findNativeWorker(): string | undefined {
-  if (nativeFound === null) nativeFound = nativeWorkerCandidates().find((path) => existsSync(path));
+  if (nativeFound === null) nativeFound = nativeWorkerCandidates().find(exists);
   return nativeFound;
 }
 
@@ -132,7 +138,7 @@ export function nativeWorkerPath(): string {
   const candidates = nativeWorkerCandidates();
   throw new SpawnPoolError(
     "ERR_WORKER_START",
-    `No native worker for ${process.platform}-${process.arch} ` +
+    `No native worker for ${system.platform}-${system.arch} ` +
       `(looked for ${
         candidates.length > 0 ? candidates.map((c) => `"${c}"`).join(", ") : "none outside a local file"
       }); ` +
@@ -160,12 +166,16 @@ let cached: Platform | undefined;
 /** What runs when the process exits: one listener on the process for every pool. */
 const exitHandlers = new Set<() => void>();
 
+let removeExitListener: (() => void) | undefined;
+
 function onExit(handler: () => void): () => void {
-  if (exitHandlers.size === 0) process.once("exit", runExitHandlers);
+  removeExitListener ??= system.onExit(runExitHandlers);
   exitHandlers.add(handler);
   return () => {
     exitHandlers.delete(handler);
-    if (exitHandlers.size === 0) process.off("exit", runExitHandlers);
+    if (exitHandlers.size > 0) return;
+    removeExitListener?.();
+    removeExitListener = undefined;
   };
 }
 

@@ -108,6 +108,8 @@ export class PoolCore implements Scheduler {
   /** Why the last start failed, until the waiters have heard it. */
   #startError: SpawnPoolError | undefined;
   #readyWaiters: Array<{ resolve: () => void; reject: (error: unknown) => void }> = [];
+  /** Set by the host-exit hook: the pool starts no worker after it. */
+  #hostExited = false;
   /** Stops the host-exit hook, while this pool has one (from its first worker until it closes). */
   #unhookExit: (() => void) | undefined;
 
@@ -247,10 +249,13 @@ export class PoolCore implements Scheduler {
   /**
    * The host is exiting: its workers go with it, now rather than once the runtime has torn down and their channel
    * closes, so that none outlives the host's process. A worker running commands (unref'd ones) is asked to stop
-   * (SIGTERM: it kills their process groups and exits, as when its channel closes); an idle one is killed.
+   * (SIGTERM: it kills their process groups and exits, as when its channel closes); an idle one is killed. No worker
+   * is started or replaced after this, and no request in flight hears of its worker's end.
    */
   #onHostExit(): void {
+    this.#hostExited = true;
     for (const worker of this.#workers) {
+      worker.hostExiting();
       try {
         worker.process.kill(worker.inFlight > 0 ? "SIGTERM" : "SIGKILL");
       } catch {
@@ -301,7 +306,7 @@ export class PoolCore implements Scheduler {
     // loop that counted again would start it again, forever, without ever yielding.
     const room = this.#size - this.#workers.length - this.#starting;
     // A full pool (the steady state, where every busy submit() lands) returns before counting its demand.
-    if (this.#closed || room <= 0) return;
+    if (this.#closed || this.#hostExited || room <= 0) return;
     const missing = Math.min(room, (wanted ?? this.#demand) - this.#workers.length - this.#starting);
     for (let i = 0; i < missing; i++) {
       const start = this.#startOne();
@@ -313,9 +318,9 @@ export class PoolCore implements Scheduler {
     }
   }
 
-  /** Whether a worker that comes up now is wanted: not once the pool closes, except while it drains. */
+  /** Whether a worker that comes up now is wanted: not once the host exits, nor once the pool closes but while it drains. */
   get #wanted(): boolean {
-    return this.#closed === undefined || this.#draining;
+    return !this.#hostExited && (this.#closed === undefined || this.#draining);
   }
 
   async #startOne(): Promise<void> {

@@ -90,6 +90,8 @@ export class WorkerHandle implements RequestChannel {
   #maxId: number;
   #refs = 1; // held until hello, so a host awaiting `ready()` stays alive
   #closed: SpawnPoolError | undefined;
+  /** Set by {@linkcode WorkerHandle.hostExiting}. */
+  #hostExiting = false;
   #onClose: (handle: WorkerHandle, error: SpawnPoolError) => void;
   #rejectHello: (error: SpawnPoolError) => void = () => {};
 
@@ -237,6 +239,16 @@ export class WorkerHandle implements RequestChannel {
     this.#shutdown(error);
   }
 
+  /**
+   * The host is exiting (its exit hook runs): when this worker goes, its requests still in flight are dropped without
+   * a word and the pool is not told. In a process that exits nobody would hear either; where the runtime runs
+   * callbacks after the hook (`deno test` ends each test file with its "unload" and goes on), a command killed with
+   * its host must not surface as an uncaught error.
+   */
+  hostExiting(): void {
+    this.#hostExiting = true;
+  }
+
   /** Hands a frame to its request, once {@linkcode deliverFrame} has checked it against where the request is. */
   #dispatch(type: number, id: number, payload: Uint8Array, lent: boolean): void {
     const sink = this.#requests.get(id);
@@ -260,6 +272,7 @@ export class WorkerHandle implements RequestChannel {
     if (orphans.length > 0 || error.code !== "ERR_POOL_CLOSED") this.process.killOrphans(orphans);
     // A worker that broke the protocol or dropped its channel may still be running: it is done either way.
     if (error.code !== "ERR_POOL_CLOSED") this.process.kill("SIGKILL");
+    if (this.#hostExiting) return;
     for (const sink of sinks) sink.onFail(error);
     this.#onClose(this, error);
   }

@@ -12,7 +12,8 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import type { ByteChannel } from "../core/adapter.ts";
 import { decodeExit, encodeCredit, encodeJson, Frame, FrameDecoder, type SpawnRequest } from "../core/frame.ts";
-import { handshake, listenForWorker } from "../adapters/_unix_handshake.ts";
+import { listenForWorker } from "../adapters/_net_listener.ts";
+import { handshake } from "../adapters/_unix_handshake.ts";
 import { frame, withTimeout } from "./_helpers.ts";
 
 /** The ASan+UBSan build, the one most tests run. */

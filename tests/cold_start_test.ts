@@ -15,8 +15,11 @@ import { inSession } from "../support/session.mjs";
  * Runs the one-command fixture in a session of its own; resolves once it exited and its output closed, with what it
  * printed and the processes of its session still alive when it had exited, and 1 s later (what is left then is killed).
  */
-function runScript(shape: string): Promise<{ code: number | null; stdout: string; atExit: number[]; later: number[] }> {
-  const [exe, ...args] = hostArgv(fixture("one_command.ts"), shape);
+function runScript(
+  shape: string,
+  ...rest: string[]
+): Promise<{ code: number | null; stdout: string; atExit: number[]; later: number[] }> {
+  const [exe, ...args] = hostArgv(fixture("one_command.ts"), shape, ...rest);
   return new Promise((resolve, reject) => {
     const child = spawn(exe, args, { stdio: ["ignore", "pipe", "inherit"], detached: true });
     let stdout = "";
@@ -44,6 +47,12 @@ describe("a script that runs one command through the default pool", () => {
   for (const shape of ["command", "spawn", "node"]) {
     it(`${shape}: exits on its own with the output, and leaves no process in its session`, async () => {
       const run = await withTimeout(runScript(shape), 30_000, "the script did not exit on its own");
+      assert.deepEqual({ code: run.code, stdout: run.stdout }, { code: 0, stdout: "one\n" });
+      assert.deepEqual(run.later, [], `processes left in the script's session (at its exit: ${run.atExit})`);
+    });
+
+    it(`${shape}: exiting at once with a command running (Deno.exit on Deno) takes the workers and the command`, async () => {
+      const run = await withTimeout(runScript(shape, "exit"), 30_000, "the script did not exit");
       assert.deepEqual({ code: run.code, stdout: run.stdout }, { code: 0, stdout: "one\n" });
       assert.deepEqual(run.later, [], `processes left in the script's session (at its exit: ${run.atExit})`);
     });

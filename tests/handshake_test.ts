@@ -11,7 +11,8 @@ import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname } from "node:path";
 import { describe, it } from "node:test";
-import { connectedPair, listenForWorker, SECRET_BYTES } from "../adapters/_unix_handshake.ts";
+import { connectedPair, listenForWorker } from "../adapters/_net_listener.ts";
+import { SECRET_BYTES } from "../adapters/_unix_handshake.ts";
 
 function open(path: string): Promise<Socket> {
   return new Promise((resolve, reject) => {
