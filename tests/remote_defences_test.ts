@@ -150,7 +150,7 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
     try {
       const { error } = await rejection(pool.spawn(["echo", "late"]).exited);
       assertPoolError(error, "ERR_REMOTE_LOST", /No agent answered the request in 1500 ms/);
-      const deadline = performance.now() + 2000;
+      const deadline = performance.now() + 5000;
       while (!cancels.includes(RemoteFrame.Cancel) && performance.now() < deadline) await sleep(20);
       assert.deepEqual(cancels, [RemoteFrame.Cancel]);
     } finally {
