@@ -106,28 +106,50 @@ export const NATIVE_WORKER_PACKAGE: string = `@spawnpool/worker-${system.platfor
 /**
  * Where the native worker is looked for: `native/build/spawnpool-worker` next to this module in a checkout
  * (`npm run build:native`), `dist/native/spawnpool-worker-<platform>-<arch>` in a checkout's dist/, and the
- * per-platform optional package's `bin/spawnpool-worker` where a package manager installed spawnpool (npm, Bun,
- * pnpm, or Deno with `npm:spawnpool`): in the `node_modules` of this module's directory or of one above it, where
- * Node would resolve a dependency of spawnpool's. None for a remote module (JSR, a URL).
+ * per-platform optional package's `bin/spawnpool-worker` where a package manager installed spawnpool. None for a
+ * remote module (JSR, a URL).
  */
-function nativeWorkerCandidates(): string[] {
-  if (!import.meta.url.startsWith("file:")) return [];
-  const candidates = [
-    `../native/build/spawnpool-worker`,
-    `../native/spawnpool-worker-${system.platform}-${system.arch}`,
-  ].map((path) => fileUrlToPath(new URL(path, import.meta.url).href));
+function* nativeWorkerCandidates(): Generator<string> {
+  if (!import.meta.url.startsWith("file:")) return;
+  for (
+    const path of [`../native/build/spawnpool-worker`, `../native/spawnpool-worker-${system.platform}-${system.arch}`]
+  ) {
+    yield fileUrlToPath(new URL(path, import.meta.url).href);
+  }
+  const installed = workerPackageDir(); // looked for only when no local build is there
+  if (installed !== undefined) yield joinPath(installed, "bin", "spawnpool-worker");
+}
+
+/**
+ * The per-platform package's directory, as Node resolves a dependency of spawnpool's: the nearest
+ * `node_modules/<package>/package.json` in this module's directory or one above it (npm, Bun, pnpm, Deno with a
+ * node_modules folder). Without one, the runtime's own resolver through `node:module` (Deno's global npm cache, Yarn's
+ * Plug'n'Play), asked only then: it costs a Deno process 15 ms.
+ */
+function workerPackageDir(): string | undefined {
   for (const dir of upward(dirnameOf(fileUrlToPath(import.meta.url)))) {
     if (dir.endsWith("/node_modules")) continue; // no node_modules/node_modules
-    candidates.push(joinPath(dir, "node_modules", NATIVE_WORKER_PACKAGE, "bin", "spawnpool-worker"));
+    const candidate = joinPath(dir, "node_modules", NATIVE_WORKER_PACKAGE);
+    if (exists(joinPath(candidate, "package.json"))) return candidate;
   }
-  return candidates;
+  try {
+    const { process } = globalThis as unknown as { process: NodeJS.Process };
+    const { createRequire } = process.getBuiltinModule("node:module") as typeof import("node:module");
+    return dirnameOf(createRequire(import.meta.url).resolve(`${NATIVE_WORKER_PACKAGE}/package.json`));
+  } catch {
+    return undefined; // not installed: another platform's, a checkout, or optional dependencies left out
+  }
 }
 
 let nativeFound: string | undefined | null = null;
 
 /** The native worker's executable, looked for once per process; undefined when there is none. */
 export function findNativeWorker(): string | undefined {
-  if (nativeFound === null) nativeFound = nativeWorkerCandidates().find(exists);
+  if (nativeFound !== null) return nativeFound;
+  nativeFound = undefined;
+  for (const candidate of nativeWorkerCandidates()) {
+    if (exists(candidate)) return nativeFound = candidate;
+  }
   return nativeFound;
 }
 
@@ -135,7 +157,7 @@ export function findNativeWorker(): string | undefined {
 export function nativeWorkerPath(): string {
   const found = findNativeWorker();
   if (found !== undefined) return found;
-  const candidates = nativeWorkerCandidates();
+  const candidates = [...nativeWorkerCandidates()];
   throw new SpawnPoolError(
     "ERR_WORKER_START",
     `No native worker for ${system.platform}-${system.arch} ` +

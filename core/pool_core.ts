@@ -168,8 +168,8 @@ export class PoolCore implements Scheduler {
 
   /** @internal Schedules an execution: to the least busy ready worker, or the queue. */
   submit(execution: Submission): void {
-    if (this.#closed) {
-      execution.reject(poolClosed(execution.request.cmd));
+    if (this.#closed || this.#hostExited) {
+      execution.reject(poolClosed(execution.request.cmd, this.#hostExited));
       return;
     }
     const worker = this.#pick();
@@ -342,7 +342,7 @@ export class PoolCore implements Scheduler {
       this.#ready.push(handle);
       while (this.#queue.length > 0) this.#assign(this.#queue.shift()!, this.#pick()!);
     } catch (error) {
-      if (this.#closed !== undefined) return; // a closing pool stops its starts
+      if (this.#closed !== undefined || this.#hostExited) return; // a closing pool stops its starts, as does an exit
       if (this.#fallback !== undefined || runtime !== this.#runtime) {
         // The default's native worker did not start or say hello: the pool runs the host's runtime, starting now
         // (no failure counted, no backoff). Further native starts that fail just make room.
@@ -434,7 +434,12 @@ export function checkMaxQueue(maxQueue: number | undefined): number {
   return maxQueue;
 }
 
-/** `ERR_POOL_CLOSED`, for whatever a closed pool refuses or ends; with the command when there is one. */
-export function poolClosed(command?: string): SpawnPoolError {
-  return new SpawnPoolError("ERR_POOL_CLOSED", "Pool is closed", { command });
+/**
+ * `ERR_POOL_CLOSED`, for whatever a closed pool refuses or ends (or a pool whose host is exiting refuses); with the
+ * command when there is one.
+ */
+export function poolClosed(command?: string, hostExiting = false): SpawnPoolError {
+  return new SpawnPoolError("ERR_POOL_CLOSED", hostExiting ? "Pool is closed: its host is exiting" : "Pool is closed", {
+    command,
+  });
 }

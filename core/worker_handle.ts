@@ -241,7 +241,7 @@ export class WorkerHandle implements RequestChannel {
 
   /**
    * The host is exiting (its exit hook runs): when this worker goes, its requests still in flight are dropped without
-   * a word and the pool is not told. In a process that exits nobody would hear either; where the runtime runs
+   * a word (the pool still hears of the worker's end). In a process that exits nobody would hear either; where the runtime runs
    * callbacks after the hook (`deno test` ends each test file with its "unload" and goes on), a command killed with
    * its host must not surface as an uncaught error.
    */
@@ -272,8 +272,7 @@ export class WorkerHandle implements RequestChannel {
     if (orphans.length > 0 || error.code !== "ERR_POOL_CLOSED") this.process.killOrphans(orphans);
     // A worker that broke the protocol or dropped its channel may still be running: it is done either way.
     if (error.code !== "ERR_POOL_CLOSED") this.process.kill("SIGKILL");
-    if (this.#hostExiting) return;
-    for (const sink of sinks) sink.onFail(error);
+    if (!this.#hostExiting) { for (const sink of sinks) sink.onFail(error); }
     this.#onClose(this, error);
   }
 }

@@ -57,6 +57,12 @@ describe("a script that runs one command through the default pool", () => {
       assert.deepEqual(run.later, [], `processes left in the script's session (at its exit: ${run.atExit})`);
     });
   }
+
+  it("command: a pool closed from an exit listener, after its own exit hook, still lets the script exit", async () => {
+    const run = await withTimeout(runScript("command", "close-on-exit"), 30_000, "the script did not exit");
+    assert.deepEqual({ code: run.code, stdout: run.stdout }, { code: 0, stdout: "one\n" });
+    assert.deepEqual(run.later, [], `processes left in the script's session (at its exit: ${run.atExit})`);
+  });
 });
 
 describe("a pool starts workers as requests need them", () => {
