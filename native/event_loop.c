@@ -97,6 +97,7 @@ static void run_timers(void) {
       job->force_at = 0;
       kill_group_for_good(job);
     }
+    if (job->linger_at && now >= job->linger_at) check_lingering(job);
     if (job->grace_at && now >= job->grace_at) {
       job->grace_at = 0;
       for (int fd = 1; fd <= 2; fd++) {
@@ -110,8 +111,8 @@ static void run_timers(void) {
 static int next_timeout_ms(void) {
   int64_t next = 0;
   for (struct job *job = live; job != NULL; job = job->next) {
-    int64_t at[3] = {job->timeout_at, job->force_at, job->grace_at};
-    for (int i = 0; i < 3; i++) {
+    int64_t at[4] = {job->timeout_at, job->force_at, job->grace_at, job->linger_at};
+    for (int i = 0; i < 4; i++) {
       if (at[i] && (next == 0 || at[i] < next)) next = at[i];
     }
   }

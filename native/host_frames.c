@@ -199,7 +199,7 @@ static void on_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t l
   }
   case F_RELEASE: {
     int fd = decode_fd(payload, len);
-    if (job->open[fd]) close_stream(job, fd, false);
+    if (job->open[fd]) release_stream(job, fd);
     return;
   }
   case F_CREDIT: {

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 /*
@@ -41,6 +42,51 @@ void close_stream(struct job *job, int fd, bool tell) {
   if (was_paused) arm_grace(job);
   if (tell) send_frame(F_STREAM_END, job->id, &(uint8_t){(uint8_t)fd}, 1);
   finish(job);
+}
+
+/*
+ * The host let a stream go (its reader destroyed it). A pipe is closed at once. A socket is no longer read, and is
+ * closed once its writer has written nothing for LINGER_STILL_US (it is blocked on the full socket, or idle), at most
+ * LINGER_MAX_US after the release, or when the job ends. Node's reader stops reading a socket once its stream holds a
+ * high-water mark, so a writer such as `yes` is blocked when the reader destroys it and fails with ECONNRESET ("yes:
+ * standard output: Connection reset by peer", exit 1); this worker reads ahead by the host's window, so at a release it
+ * has often emptied the socket, and a writer then meets EPIPE and dies of SIGPIPE. Letting it fill the socket first
+ * gives it Node's ending.
+ */
+void release_stream(struct job *job, int fd) {
+  struct watch *w = &job->w_out[fd];
+  if (!job->sockets || job->exited || w->fd < 0) {
+    close_stream(job, fd, false);
+    return;
+  }
+  job->lingering[fd] = true;
+  job->linger_unread[fd] = -1;
+  job->open[fd] = false;
+  job->paused[fd] = false;
+  watch_set(w, 0);
+  int64_t now = now_us();
+  job->linger_at = now + LINGER_STILL_US;
+  job->linger_until = now + LINGER_MAX_US;
+  finish(job); /* a job that ends now closes the socket with the rest (bury) */
+}
+
+/* Closes each lingering socket whose writer has stopped (see release_stream); the timer runs while one is left. */
+void check_lingering(struct job *job) {
+  int64_t now = now_us();
+  bool left = false;
+  for (int fd = 1; fd <= 2; fd++) {
+    if (!job->lingering[fd]) continue;
+    int unread = -1;
+    if (ioctl(job->w_out[fd].fd, FIONREAD, &unread) != 0 || unread == job->linger_unread[fd] ||
+        now >= job->linger_until) {
+      job->lingering[fd] = false;
+      watch_close(&job->w_out[fd]);
+      continue;
+    }
+    job->linger_unread[fd] = unread;
+    left = true;
+  }
+  job->linger_at = left ? now + LINGER_STILL_US : 0;
 }
 
 static void flush_collected(struct job *job) {

@@ -66,6 +66,10 @@ enum frame_type {
 /* As worker/serve.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's streams. */
 #define MAX_CHUNK_BYTES (1024 * 1024)
 #define STREAM_GRACE_US (200 * 1000)
+/* A released socket is closed once its writer has written nothing for this long, or after LINGER_MAX_US: see
+ * release_stream(). */
+#define LINGER_STILL_US 1000
+#define LINGER_MAX_US (100 * 1000)
 /* The channel's read buffer (core/adapter.ts LENDING_READ_BYTES) and one read of a buffered command's output. */
 #define CHANNEL_READ_BYTES (256 * 1024)
 #define OUTPUT_READ_BYTES (64 * 1024)
@@ -127,12 +131,15 @@ struct job {
   double max_buffer;
   struct watch w_stdin, w_out[3], w_exit;
   bool open[3], paused[3];
+  bool lingering[3];   /* released by the host, not yet closed: see release_stream() */
+  int linger_unread[3]; /* bytes unread at the last look */
   double unacked[3];
   struct buf collected[3];
   size_t collected_bytes;
   double total_bytes;
   struct stdin_op *stdin_head, *stdin_tail;
   int64_t timeout_at, force_at, grace_at; /* monotonic us; 0: not armed */
+  int64_t linger_at, linger_until;         /* the next look at lingering sockets, and the last */
 };
 
 /*
@@ -208,6 +215,8 @@ void check_exit(struct job *job);
 void arm_grace(struct job *job);
 void hold_buffered_output(bool hold);
 void close_stream(struct job *job, int fd, bool tell);
+void release_stream(struct job *job, int fd);
+void check_lingering(struct job *job);
 void update_pause(struct job *job, int fd);
 void read_output(struct job *job, int fd);
 void drain_stdin(struct job *job);
