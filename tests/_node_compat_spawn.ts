@@ -109,6 +109,32 @@ export const spawnScenarios: Scenario[] = [
     },
   },
   {
+    // Node's stdio sockets close from their handles' close callbacks, which libuv runs last-closed first.
+    name: "streams destroyed in one turn close in reverse order",
+    run: (cp) =>
+      within20s(
+        new Promise((resolve) => {
+          const child = cp.spawn("cat");
+          const closes: string[] = [];
+          child.on("spawn", () => {
+            for (const name of ["stdout", "stdin", "stderr"] as const) {
+              child[name]!.on("close", (hadError: boolean) => closes.push(`${name} ${hadError}`));
+            }
+            child.stdout!.destroy();
+            child.stdin!.destroy();
+            child.stderr!.destroy();
+          });
+          child.on("close", (code, signal) => resolve({ closes, code, signal }));
+        }),
+        "cat to close",
+      ),
+    nativeDiffers: {
+      bun: { fields: ["closes"], why: "Bun's streams close in the order destroyed, without hadError" },
+      deno: { fields: ["closes"], why: "Deno's streams close in the order destroyed" },
+    },
+    expectPooled: (r) => assert.deepEqual(r.closes, ["stderr false", "stdin false", "stdout false"]),
+  },
+  {
     name: "one child's stdout as another's stdin",
     run: async (cp) => {
       const first = cp.spawn("sh", ["-c", "printf 'one\\ntwo\\n'"]);

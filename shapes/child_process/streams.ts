@@ -6,8 +6,27 @@
 
 import { Buffer } from "node:buffer";
 import { Readable, Writable } from "node:stream";
+import { setImmediate } from "node:timers";
 import { CreditBatch, type OutputControls } from "../../core/output_stream.ts";
 import { errnoOf, type NodeError, nodeError } from "./errors.ts";
+
+/** Streams destroyed in this turn of the event loop, whose 'close' is still to come. */
+const closing: Array<{ stream: Readable | Writable; hadError: boolean }> = [];
+
+/**
+ * Emits a destroyed stream's 'close' as Node's stdio sockets do: from the close callback of their handle, which libuv
+ * runs in a later phase of the event loop, the handle closed last first. Code that destroys a child's stdout and then
+ * its stdin in one turn sees stdin's 'close' first (execa's `.duplex()` keeps the first stream error it sees).
+ */
+function closeLikeAHandle(stream: Readable | Writable, hadError: boolean): void {
+  if (closing.push({ stream, hadError }) > 1) return;
+  setImmediate(() => {
+    while (closing.length > 0) {
+      const { stream, hadError } = closing.pop()!;
+      stream.emit("close", hadError);
+    }
+  });
+}
 
 /** A readable child output as a Node stream; credits the worker as the consumer reads. */
 export class OutputReadable extends Readable {
@@ -19,7 +38,7 @@ export class OutputReadable extends Readable {
   refed = true;
 
   constructor(controls: OutputControls) {
-    super();
+    super({ emitClose: false }); // 'close' comes from _destroy, as a socket's from its handle
     this.#controls = controls;
     this.#credits = new CreditBatch(controls);
   }
@@ -48,6 +67,7 @@ export class OutputReadable extends Readable {
     if (!this.readableEnded) this.#controls.release();
     this.#credits.drop();
     callback(error);
+    closeLikeAHandle(this, error !== null);
   }
 
   deliver(chunk: Uint8Array): void {
@@ -78,7 +98,7 @@ export class InputWritable extends Writable {
   #writers = 1;
 
   constructor(send: (bytes: Uint8Array, callback: (error?: Error | null) => void) => void, end: () => void) {
-    super();
+    super({ emitClose: false }); // 'close' comes from _destroy, as a socket's from its handle
     this.#send = send;
     this.#end = end;
   }
@@ -99,6 +119,7 @@ export class InputWritable extends Writable {
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     this.#end();
     callback(error);
+    closeLikeAHandle(this, error !== null);
   }
 
   #release(): void {
