@@ -141,8 +141,9 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
     });
     const sub = nc.subscribe(fake, {
       callback: (_error, msg) => {
-        // Well after the caller gives up (1.5 s of silence, seen on a 250 ms tick), well before it forgets the offer.
-        setTimeout(() => nc.publish(msg.reply!, encodeMessage(0, accepted(control))), 2500);
+        // After the caller gives up (1.5 s of silence, seen on a 250 ms tick: by 1.75 s), and before its pool, idle
+        // from then, closes its connection 1 s later (by 2.5 s; at 2.5 s the acceptance lost that race now and then).
+        setTimeout(() => nc.publish(msg.reply!, encodeMessage(0, accepted(control))), 2000);
       },
     });
     await nc.flush();
