@@ -83,7 +83,17 @@ function randomRequest(rand: () => number): SpawnRequest {
 function survivableFrames(rand: () => number, firstId: number, count: number): { frames: Uint8Array[]; ids: number[] } {
   const frames: Uint8Array[] = [];
   const ids: number[] = [];
-  let next = firstId;
+  // First, two requests no fuzzed frame aims at, so that every seed sees every kind of answer: output on both streams
+  // and a stdin write acknowledged (ended by its own StdinEnd), and a spawn failure.
+  const fixed = [firstId, firstId + 1];
+  const both = request({ cmd: "sh", args: ["-c", "echo out; echo err >&2; cat"], stdin: "piped", buffered: false });
+  frames.push(
+    frame(Frame.Spawn, fixed[0], encodeJson({ ...both, timeout: 10_000 })),
+    frame(Frame.Stdin, fixed[0], new Uint8Array([1])),
+    frame(Frame.StdinEnd, fixed[0], new Uint8Array(0)),
+    frame(Frame.Spawn, fixed[1], encodeJson(request({ cmd: "spawnpool-no-such-program" }))),
+  );
+  let next = firstId + fixed.length;
   const target = () => (ids.length > 0 && rand() < 0.9 ? ids[Math.floor(rand() * ids.length)] : 1_000_000 + next);
   for (let i = 0; i < count; i++) {
     const roll = rand();
@@ -108,7 +118,7 @@ function survivableFrames(rand: () => number, firstId: number, count: number): {
     frames.push(frame(Frame.StdinEnd, id, new Uint8Array(0)));
     frames.push(frame(Frame.Kill, id, new TextEncoder().encode("-SIGKILL")));
   }
-  return { frames, ids };
+  return { frames, ids: [...fixed, ...ids] };
 }
 
 /** Sends frames in batches of random sizes, yielding between them so the worker's answers are read. */
