@@ -72,6 +72,7 @@ function randomRequest(rand: () => number): SpawnRequest {
   if (rand() < 0.1) out.cwd = rand() < 0.5 ? "/" : "/spawnpool-no-such-dir";
   if (rand() < 0.05) out.detached = true;
   if (rand() < 0.05) out.argv0 = "renamed";
+  if (rand() < 0.5) out.sockets = true; // piped stdio as socketpairs: a released one lingers until its writer stops
   return out;
 }
 
