@@ -74,12 +74,16 @@ function exists(path: string): boolean {
   }
 }
 
-function findIn(dirs: readonly string[], name: string): string | undefined {
-  for (const dir of dirs) {
-    const candidate = joinPath(dir, name);
-    if (exists(candidate)) return candidate;
+/** The first of `paths` that exists; the rest are not looked at (nor made, for a generator). */
+function firstExisting(paths: Iterable<string>): string | undefined {
+  for (const path of paths) {
+    if (exists(path)) return path;
   }
   return undefined;
+}
+
+function findIn(dirs: readonly string[], name: string): string | undefined {
+  return firstExisting(dirs.map((dir) => joinPath(dir, name)));
 }
 
 /**
@@ -145,11 +149,7 @@ let nativeFound: string | undefined | null = null;
 
 /** The native worker's executable, looked for once per process; undefined when there is none. */
 export function findNativeWorker(): string | undefined {
-  if (nativeFound !== null) return nativeFound;
-  nativeFound = undefined;
-  for (const candidate of nativeWorkerCandidates()) {
-    if (exists(candidate)) return nativeFound = candidate;
-  }
+  if (nativeFound === null) nativeFound = firstExisting(nativeWorkerCandidates());
   return nativeFound;
 }
 
