@@ -43,7 +43,7 @@ interface PoolBackend extends Scheduler {
  */
 function backend(options: PoolOptions): PoolBackend {
   if (options?.remote === undefined) return new PoolCore(currentPlatform(), options);
-  for (const key of ["size", "runtime", "execPath"] as const) {
+  for (const key of ["size", "runtime", "execPath", "startInHost"] as const) {
     if (options[key] !== undefined) {
       throw new TypeError(
         `Option "${key}" cannot be used with "remote": the agents choose it (spawnpool agent --help)`,
@@ -157,7 +157,9 @@ let sharedOptions: PoolOptions = {};
 
 /** @internal The default pool, started on first use. */
 export function defaultPool(): PoolBackend {
-  shared ??= backend(sharedOptions);
+  // The default pool runs a script's first commands in the host (`startInHost`): one that runs a command and exits
+  // starts no worker.
+  shared ??= backend(sharedOptions.remote === undefined ? { startInHost: true, ...sharedOptions } : sharedOptions);
   return shared;
 }
 

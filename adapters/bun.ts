@@ -91,7 +91,8 @@ export const bunAdapter: Adapter = {
     return bunSocketChannel({ fd: 3 });
   },
 
-  spawn(request, events) {
+  spawn(request, events, inHost) {
+    const ownGroup = !inHost || request.group || request.detached === true;
     const proc = Bun.spawn({
       cmd: [request.cmd, ...request.args],
       cwd: request.cwd,
@@ -102,8 +103,13 @@ export const bunAdapter: Adapter = {
       argv0: request.argv0,
       uid: request.uid,
       gid: request.gid,
-      detached: true,
+      // Every command in a worker gets a session of its own (a group kill reaches its descendants, and a dying
+      // worker's commands are found by group); in the host, only those that ask for one.
+      detached: ownGroup,
     });
+    // In the host, `keepAlive` decides whether the command keeps the process alive; Bun's unref reaches the reads of
+    // its output only if it comes before they start.
+    if (inHost) proc.unref();
     const pumps: [undefined, StreamPump | undefined, StreamPump | undefined] = [undefined, undefined, undefined];
     for (const fd of [1, 2] as const) {
       const stream = fd === 1 ? proc.stdout : proc.stderr;
@@ -143,12 +149,23 @@ export const bunAdapter: Adapter = {
         }
       },
       kill(signal, group) {
-        if (group) system.kill(-pid, signal);
+        if (group && ownGroup) system.kill(-pid, signal);
         else proc.kill(signal as NodeJS.Signals);
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),
       release: (fd?: StreamFd) => releasePumps(pumps, fd),
+      // Its output being read included (unref'd before the reads began); its stdin has a ref of its own.
+      keepAlive: inHost
+        ? (on) => {
+          if (on) proc.ref();
+          else proc.unref();
+          if (stdin !== undefined && stdin !== null && typeof stdin !== "number") {
+            if (on) stdin.ref();
+            else stdin.unref();
+          }
+        }
+        : undefined,
     };
     return Promise.resolve(child);
   },

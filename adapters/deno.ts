@@ -217,7 +217,7 @@ export const denoAdapter: Adapter = {
     );
   },
 
-  spawn(request, events) {
+  spawn(request, events, inHost) {
     if (request.argv0 !== undefined) {
       throw new SpawnFailed({
         code: "ENOTSUP",
@@ -277,8 +277,26 @@ export const denoAdapter: Adapter = {
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),
       release: (fd?: StreamFd) => releasePumps(pumps, fd),
+      // Its output being read included (Deno's unref covers the child's pipes).
+      keepAlive: inHost ? (on) => on ? child.ref() : child.unref() : undefined,
     };
     return Promise.resolve(controls);
+  },
+
+  unrefTimer(ms, callback) {
+    // Atomics.waitAsync's timeout: no Node timers loaded, nothing kept alive, and Atomics.notify cancels it.
+    const cell = new Int32Array(new SharedArrayBuffer(4));
+    const waiting = Atomics.waitAsync(cell, 0, 0, ms);
+    let cancelled = false;
+    const fire = () => {
+      if (!cancelled) callback();
+    };
+    if (waiting.async) void waiting.value.then(fire);
+    else queueMicrotask(fire);
+    return () => {
+      cancelled = true;
+      Atomics.notify(cell, 0);
+    };
   },
 
   ...ownProcess,

@@ -165,8 +165,12 @@ export const nodeAdapter: Adapter = {
     return channels.socketChannel(new net.Socket({ fd: 3, readable: true, writable: true }));
   },
 
-  async spawn(request, events) {
-    const { spawn } = (modules ?? await loadModules()).childProcess;
+  async spawn(request, events, inHost) {
+    // A worker loads what its channel needs first; a host running its first commands itself needs only this.
+    const { spawn } = modules?.childProcess ?? await import("node:child_process");
+    // Every command in a worker gets a session of its own (a group kill reaches its descendants, and a dying
+    // worker's commands are found by group); in the host, only those that ask for one.
+    const ownGroup = !inHost || request.group || request.detached === true;
     collectBeforeFork();
     // Node throws most spawn errors here and reports a few as 'error' (`whenSpawned`): both reject this call.
     const child = spawn(request.cmd, request.args, {
@@ -176,7 +180,7 @@ export const nodeAdapter: Adapter = {
       argv0: request.argv0,
       uid: request.uid,
       gid: request.gid,
-      detached: true,
+      detached: ownGroup,
     });
     child.stdin?.on("error", () => {});
     await whenSpawned(child);
@@ -204,7 +208,7 @@ export const nodeAdapter: Adapter = {
         child.stdin?.end();
       },
       kill(signal, group) {
-        system.kill(group ? -pid : pid, signal);
+        system.kill(group && ownGroup ? -pid : pid, signal);
       },
       pause(fd: StreamFd) {
         streams[fd]?.pause();
@@ -216,6 +220,13 @@ export const nodeAdapter: Adapter = {
         if (fd !== 2) child.stdout?.destroy();
         if (fd !== 1) child.stderr?.destroy();
       },
+      keepAlive: inHost
+        ? (on) => {
+          for (const handle of [child, child.stdin, child.stdout, child.stderr]) {
+            (handle as { ref?(): void; unref?(): void } | null)?.[on ? "ref" : "unref"]?.();
+          }
+        }
+        : undefined,
     };
     return controls;
   },

@@ -216,6 +216,13 @@ export function currentPlatform(): Platform {
     preflight,
     onExit,
     nativeAvailable: () => nativeDefaultAllowed(runtime) && findNativeWorker() !== undefined,
+    inHost: {
+      // The host's commands share its process group; a Deno host's Deno.Command has no argv0 (its workers would
+      // fail the spawn with ENOTSUP, where the pool's workers may run it).
+      takes: (request) =>
+        !request.group && request.detached !== true && (runtime !== "deno" || request.argv0 === undefined),
+      start: () => import("../worker/in_host.ts").then(({ startInHost }) => startInHost(adapterFor(runtime))),
+    },
     launch(workerRuntime: WorkerRuntime, execPath: string | undefined): WorkerLaunch {
       if (workerRuntime === "native") {
         return {

@@ -92,6 +92,11 @@ export interface WorkerProcess {
   ref(): void;
   /** Stops the worker process keeping the host alive. */
   unref(): void;
+  /**
+   * Set for the worker loop run inside the host ({@linkcode Platform.inHost}): it says hello at once, so no timer
+   * waits for that (a Deno process's first timer loads Deno's Node timers, 3-4 ms that a one-command script would pay).
+   */
+  readonly local?: boolean;
 }
 
 /** Events a spawned child reports to the worker loop. */
@@ -126,6 +131,12 @@ export interface SpawnedChild {
    * grandchild holds it open, or when the host stopped reading.
    */
   release(fd?: StreamFd): void;
+  /**
+   * Set when spawned inside the host (`inHost`): whether the command keeps the host process alive (its exit, its
+   * output being read), as a worker process does while the host waits for one of its commands. A command spawned
+   * in the host does not until told so.
+   */
+  keepAlive?(on: boolean): void;
 }
 
 /**
@@ -201,8 +212,13 @@ export interface Adapter {
    * or reject, with the runtime's own error or with a {@linkcode SpawnFailed}: the worker loop maps either with
    * {@linkcode spawnFailed}, so an adapter need not catch its runtime's errors. It throws only before the child
    * exists: once started, a child's troubles are reported through `events`.
+   *
+   * `inHost` is set when the worker loop runs inside the host ({@linkcode Platform.inHost}): a command then gets a
+   * process group of its own only when the request asks for one (`group`, `detached`), and otherwise stays in the
+   * host's group as with the runtime's own spawn, so that a terminal's Ctrl-C reaches it; a group kill of such a
+   * command signals the command alone.
    */
-  spawn(request: SpawnRequest, events: ChildEvents): Promise<SpawnedChild>;
+  spawn(request: SpawnRequest, events: ChildEvents, inHost?: boolean): Promise<SpawnedChild>;
   /** Worker side: calls `handler` once when the process is asked to terminate (SIGINT, SIGTERM, SIGHUP). */
   onTerminate(handler: () => void): void;
   /** Worker side: removes a variable from this process's environment so children do not inherit it. */
@@ -213,6 +229,12 @@ export interface Adapter {
   pid(): number;
   /** Worker side: ends this process. */
   exit(code: number): never;
+  /**
+   * Worker side, optional: calls `callback` after `ms` unless the returned function is called first, without keeping
+   * the process alive, where that is cheaper than `setTimeout`: a Deno process's first `setTimeout` loads Deno's Node
+   * timers (3-4 ms), which a host running its first command itself would pay for the stream grace.
+   */
+  unrefTimer?(ms: number, callback: () => void): () => void;
   /**
    * Worker side, optional: kills every command left in the worker's own process group (and with it the
    * worker) when the worker stops. For runtimes whose commands do not each get a group of their own.
@@ -244,5 +266,15 @@ export interface Platform {
    * Calls `handler` when the host process exits (synchronously, as it goes); returns what stops that. Without it a
    * pool's workers still go when the host does, once they see their channel close.
    */
-  onExit?(handler: () => void): () => void;
+  onExit?(handler: () => void): () => void; /**
+   * The worker loop run inside the host, on the host's own adapter, for a pool's first commands (`startInHost`): a
+   * {@linkcode WorkerProcess} whose channel is in memory. `takes` says whether a request may run there: never one
+   * that needs a process group of its own (the host's commands share its group), nor one the host's adapter runs
+   * differently from the pool's workers.
+   */
+
+  inHost?: {
+    takes(request: SpawnRequest): boolean;
+    start(): Promise<WorkerProcess>;
+  };
 }

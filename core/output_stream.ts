@@ -87,11 +87,6 @@ export interface OutputReadableStream extends ReadableStream<Uint8Array> {
   json(): Promise<unknown>;
 }
 
-/**
- * The web `ReadableStream` of a command's output, with {@linkcode OutputReadableStream}'s helpers put once on its
- * prototype where the runtime's own streams lack them (Bun's have them), so nothing is made per spawn.
- */
-class OutputReadable extends ReadableStream<Uint8Array> {}
 const READ_HELPERS: Record<string, (this: ReadableStream<Uint8Array>) => Promise<unknown>> = {
   bytes() {
     return readToEnd(this);
@@ -107,6 +102,26 @@ const READ_HELPERS: Record<string, (this: ReadableStream<Uint8Array>) => Promise
   },
 };
 
+let OutputReadable: typeof ReadableStream<Uint8Array> | undefined;
+
+/**
+ * The class of the web `ReadableStream` of a command's output: {@linkcode OutputReadableStream}'s helpers put once on
+ * its prototype where the runtime's own streams lack them (Bun's have them), so nothing is made per spawn. Made on
+ * first use: the first touch of `ReadableStream` loads the runtime's web streams (about 3 ms on Node, 1.7 on Deno),
+ * which a script that only calls `output()` never needs.
+ */
+function outputReadable(): typeof ReadableStream<Uint8Array> {
+  if (OutputReadable !== undefined) return OutputReadable;
+  const made = class extends ReadableStream<Uint8Array> {};
+  for (const name of Object.keys(READ_HELPERS)) {
+    if (!(name in ReadableStream.prototype)) {
+      Object.defineProperty(made.prototype, name, { value: READ_HELPERS[name], configurable: true, writable: true });
+    }
+  }
+  OutputReadable = made;
+  return made;
+}
+
 /**
  * Reads a stream to its end into a buffer of its own, as `new Response(stream).bytes()` would, without a `Response`:
  * Node loads its whole fetch implementation on the first one, tens of ms (`node bench/cold_start.mjs`).
@@ -121,16 +136,6 @@ async function readToEnd(stream: ReadableStream<Uint8Array>): Promise<Uint8Array
     ArrayBuffer
   >;
 }
-for (const name of Object.keys(READ_HELPERS)) {
-  if (!(name in ReadableStream.prototype)) {
-    Object.defineProperty(OutputReadable.prototype, name, {
-      value: READ_HELPERS[name],
-      configurable: true,
-      writable: true,
-    });
-  }
-}
-
 /** A stream of output from the worker as a web `ReadableStream`, crediting the worker as the consumer reads. */
 export class OutputStream implements OutputSink {
   readonly readable: OutputReadableStream;
@@ -141,7 +146,7 @@ export class OutputStream implements OutputSink {
 
   constructor(controls: OutputControls) {
     const credits = new CreditBatch(controls);
-    this.readable = new OutputReadable({
+    this.readable = new (outputReadable())({
       pull: async (controller) => {
         while (this.#queue.length === 0 && !this.#ended && this.#error === undefined) {
           await new Promise<void>((resolve) => (this.#waiting = resolve));

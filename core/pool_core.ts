@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { Platform, RuntimeName, WorkerRuntime } from "./adapter.ts";
+import type { Platform, RuntimeName, WorkerProcess, WorkerRuntime } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
 import type { Scheduler, Submission } from "./execution.ts";
 import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
@@ -40,6 +40,15 @@ export interface PoolOptions {
    * @default {Infinity}
    */
   maxQueue?: number;
+  /**
+   * Runs commands from the host process itself, with its runtime's own spawn, until two run at once: only then do
+   * workers start, and from then on every command goes to them. A script that runs one command, or a few one after
+   * the other, then starts no worker at all. Commands that need a process group of their own (`timeout`, `detached`)
+   * always go to workers. {@linkcode PoolCore.ready} starts the workers at once.
+   *
+   * @default {true for the default pool behind `Command`, `spawn` and the `./node` drop-in; false for `new Pool()`}
+   */
+  startInHost?: boolean;
 }
 
 /** A snapshot of a pool's state. */
@@ -87,6 +96,8 @@ export class PoolCore implements Scheduler {
    * first native start that fails switches the pool to it. Undefined once decided.
    */
   #fallback: RuntimeName | undefined;
+  /** Whether the default's native workers are still to be looked for ({@linkcode PoolCore.#decideRuntime}). */
+  #native: "undecided" | "no";
   readonly #execPath: string | undefined;
   readonly #maxQueue: number;
   #workers: WorkerHandle[] = [];
@@ -112,6 +123,14 @@ export class PoolCore implements Scheduler {
   #hostExited = false;
   /** Stops the host-exit hook, while this pool has one (from its first worker until it closes). */
   #unhookExit: (() => void) | undefined;
+  /** Whether the next command may run in the host (`startInHost`): until two ran at once, or workers were wanted. */
+  #inHostOpen: boolean;
+  /** The worker loop inside the host, once started. */
+  #inHost: WorkerHandle | undefined;
+  /** Its start, while under way. */
+  #inHostStart: Promise<void> | undefined;
+  /** The command waiting for that start. */
+  #inHostWaiting: Submission | undefined;
 
   /**
    * Creates a pool; no worker starts until the first request or {@linkcode PoolCore.ready}.
@@ -126,21 +145,24 @@ export class PoolCore implements Scheduler {
       throw new RangeError(`Pool size must be a positive integer, got ${String(options.size)}`);
     }
     const maxQueue = checkMaxQueue(options.maxQueue);
-    let runtime = options.runtime ?? platform.runtime;
-    // The default prefers native workers, found once per process (no cost per pool or per spawn beyond this call).
-    if (options.runtime === undefined && options.execPath === undefined && platform.nativeAvailable?.() === true) {
-      this.#fallback = platform.runtime;
-      runtime = "native";
-    }
+    const runtime = options.runtime ?? platform.runtime;
     if (runtime !== "deno" && runtime !== "bun" && runtime !== "node" && runtime !== "native") {
       throw new TypeError(`Worker runtime must be "deno", "bun", "node" or "native", got "${String(runtime)}"`);
     }
     if (options.execPath !== undefined && typeof options.execPath !== "string") {
       throw new TypeError("execPath must be a string");
     }
+    if (options.startInHost !== undefined && typeof options.startInHost !== "boolean") {
+      throw new TypeError("startInHost must be a boolean");
+    }
+    this.#inHostOpen = options.startInHost === true && platform.inHost !== undefined;
     this.#platform = platform;
     this.#size = size;
     this.#runtime = runtime;
+    this.#native = options.runtime === undefined && options.execPath === undefined ? "undecided" : "no";
+    // A pool that starts in the host looks for the native worker when it starts its first worker (a script that runs
+    // one command never does).
+    if (!this.#inHostOpen) this.#decideRuntime();
     this.#execPath = options.execPath;
     this.#maxQueue = maxQueue;
   }
@@ -151,6 +173,7 @@ export class PoolCore implements Scheduler {
    */
   async ready(): Promise<void> {
     this.#assertOpen();
+    this.#inHostOpen = false;
     this.#fill(this.#size);
     if (this.#ready.length >= this.#size) return;
     await new Promise<void>((resolve, reject) => this.#readyWaiters.push({ resolve, reject }));
@@ -178,6 +201,7 @@ export class PoolCore implements Scheduler {
       if (worker.inFlight > 1) this.#fill(); // every ready worker was busy: one more, up to the size
       return;
     }
+    if (this.#runInHost(execution)) return;
     this.#fill(this.#demand + 1); // counting this request, queued or refused
     if (this.#queue.length >= this.#maxQueue) {
       execution.reject(
@@ -192,12 +216,13 @@ export class PoolCore implements Scheduler {
 
   /** Counts of requests and workers. */
   stats(): PoolStats {
-    let inFlight = 0;
+    this.#decideRuntime();
+    let inFlight = this.#inHost?.inFlight ?? 0;
     for (const worker of this.#workers) inFlight += worker.inFlight;
     return {
       runtime: this.#runtime,
       inFlight,
-      queued: this.#queue.length,
+      queued: this.#queue.length + (this.#inHostWaiting ? 1 : 0),
       started: this.#started,
       workers: this.#workers.map((worker) => ({
         pid: worker.process.pid,
@@ -228,13 +253,16 @@ export class PoolCore implements Scheduler {
     for (const waiter of this.#readyWaiters.splice(0)) waiter.reject(closedError);
     if (drain) {
       this.#draining = true;
-      while (this.#queue.length > 0 || this.#workers.some((w) => w.inFlight > 0)) {
-        if (this.#workers.length === 0 && this.#starts.size === 0) break; // nothing left to run them
+      while (this.#queue.length > 0 || this.#workers.some((w) => w.inFlight > 0) || this.#inHostBusy) {
+        if (this.#workers.length === 0 && this.#starts.size === 0 && !this.#inHostBusy) break; // nothing left to run them
         await new Promise((resolve) => setTimeout(resolve, 5));
       }
       this.#draining = false;
     }
     for (const execution of this.#queue.splice(0)) execution.reject(closedError);
+    this.#inHostOpen = false;
+    await this.#inHostStart; // its waiting command, if any, now meets a closed pool
+    if (this.#inHost !== undefined) this.#retire(this.#inHost);
     for (const end of [...this.#backoffs]) end(); // those starts then see the pool closed, and stop
     // Workers still starting are closed as soon as they exist: wait for them too.
     while (this.#workers.length > 0 || this.#starts.size > 0) {
@@ -254,6 +282,11 @@ export class PoolCore implements Scheduler {
    */
   #onHostExit(): void {
     this.#hostExited = true;
+    this.#inHostOpen = false;
+    if (this.#inHost !== undefined) {
+      this.#inHost.hostExiting();
+      this.#inHost.process.kill(); // stops the loop: its commands are killed, as a worker's are when the host goes
+    }
     for (const worker of this.#workers) {
       worker.hostExiting();
       try {
@@ -270,6 +303,54 @@ export class PoolCore implements Scheduler {
     worker.close(poolClosed());
     const stuck = setTimeout(() => worker.process.kill("SIGKILL"), EXIT_GRACE_MS);
     this.#exits.push(worker.process.exited.finally(() => clearTimeout(stuck)));
+  }
+
+  /** Whether the worker loop inside the host has a command, running or waiting for the loop to start. */
+  get #inHostBusy(): boolean {
+    return this.#inHostWaiting !== undefined || (this.#inHost?.inFlight ?? 0) > 0;
+  }
+
+  /**
+   * Runs `execution` inside the host (`startInHost`) if nothing else runs and the host takes it; otherwise the host
+   * takes no more commands, and workers start.
+   */
+  #runInHost(execution: Submission): boolean {
+    const inHost = this.#platform.inHost;
+    if (!this.#inHostOpen || inHost === undefined) return false;
+    if (this.#workers.length > 0 || this.#starting > 0 || this.#inHostBusy || !inHost.takes(execution.request)) {
+      this.#inHostOpen = false;
+      return false;
+    }
+    if (this.#inHost !== undefined && !this.#inHost.closed) {
+      this.#assign(execution, this.#inHost);
+      return true;
+    }
+    this.#inHostWaiting = execution;
+    this.#inHostStart ??= this.#startInHost(inHost.start);
+    return true;
+  }
+
+  /** Starts the worker loop inside the host, then runs the command waiting for it (or hands it to the workers). */
+  async #startInHost(start: () => Promise<WorkerProcess>): Promise<void> {
+    try {
+      const handle = new WorkerHandle(await start(), () => {
+        this.#inHostOpen = false;
+        if (this.#inHost === handle) this.#inHost = undefined;
+      });
+      this.#inHost = handle;
+      this.#unhookExit ??= this.#platform.onExit?.(() => this.#onHostExit());
+      await handle.ready;
+    } catch {
+      this.#inHostOpen = false; // it failed to start (it never should): the workers run the commands
+    } finally {
+      this.#inHostStart = undefined;
+    }
+    const waiting = this.#inHostWaiting;
+    this.#inHostWaiting = undefined;
+    if (waiting === undefined) return;
+    if (!this.#wanted) waiting.reject(poolClosed(waiting.request.cmd, this.#hostExited)); // a draining pool runs it
+    else if (this.#inHost === undefined) this.submit(waiting);
+    else this.#assign(waiting, this.#inHost);
   }
 
   #assertOpen(): void {
@@ -300,6 +381,20 @@ export class PoolCore implements Scheduler {
     return requests;
   }
 
+  /**
+   * The default (no `runtime`, no `execPath`) prefers native workers, found once per process (no cost per pool or per
+   * spawn beyond this call): decided on the pool's creation, or, for a pool that starts in the host, on its first
+   * worker.
+   */
+  #decideRuntime(): void {
+    if (this.#native === "no") return;
+    this.#native = "no";
+    if (this.#platform.nativeAvailable?.() === true) {
+      this.#fallback = this.#platform.runtime;
+      this.#runtime = "native";
+    }
+  }
+
   /** Starts workers until `wanted` (at most the size) are running or starting. */
   #fill(wanted?: number): void {
     // Counted once: a start can fail before its first await (no runtime on PATH) and free its place at once; a
@@ -307,6 +402,7 @@ export class PoolCore implements Scheduler {
     const room = this.#size - this.#workers.length - this.#starting;
     // A full pool (the steady state, where every busy submit() lands) returns before counting its demand.
     if (this.#closed || this.#hostExited || room <= 0) return;
+    this.#decideRuntime();
     const missing = Math.min(room, (wanted ?? this.#demand) - this.#workers.length - this.#starting);
     for (let i = 0; i < missing; i++) {
       const start = this.#startOne();
@@ -339,6 +435,7 @@ export class PoolCore implements Scheduler {
       this.#fallback = undefined; // the default's native worker answered: the pool keeps native workers
       if (!this.#wanted) return this.#retire(handle);
       this.#failures = 0;
+      this.#inHostOpen = false; // a worker is ready: the host runs no more commands
       this.#ready.push(handle);
       while (this.#queue.length > 0) this.#assign(this.#queue.shift()!, this.#pick()!);
     } catch (error) {

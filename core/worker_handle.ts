@@ -116,7 +116,7 @@ export class WorkerHandle implements RequestChannel {
       helloReject = reject;
     });
     this.ready.catch(() => {});
-    const helloTimer = setTimeout(() => {
+    const helloTimer = process.local ? undefined : setTimeout(() => {
       this.#shutdown(new SpawnPoolError("ERR_WORKER_START", "Worker did not say hello in time"));
     }, HELLO_TIMEOUT_MS);
 
@@ -130,7 +130,7 @@ export class WorkerHandle implements RequestChannel {
           );
         }
         helloDone = true;
-        clearTimeout(helloTimer);
+        if (helloTimer !== undefined) clearTimeout(helloTimer);
         this.#unref();
         helloResolve(hello as unknown as Hello);
         return;
@@ -162,7 +162,7 @@ export class WorkerHandle implements RequestChannel {
       },
     });
     this.#rejectHello = (error) => {
-      clearTimeout(helloTimer);
+      if (helloTimer !== undefined) clearTimeout(helloTimer);
       if (!helloDone) helloReject(error);
     };
     // A worker whose process died must not wait for its channel to close: a grandchild could hold it.

@@ -15,18 +15,51 @@ import { join } from "node:path";
 import process from "node:process";
 import { Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
-import { configureDefaultPool, type RuntimeName, type WorkerRuntime } from "../mod.ts";
+import { configureDefaultPool, Pool, type RuntimeName, type WorkerRuntime } from "../mod.ts";
 import * as pooled from "../node.ts";
 import { catFixtureBytes, writeCatFixture } from "../support/fixture.mjs";
 import { HOST, withTimeout } from "./_helpers.ts";
 
 // SPAWNPOOL_COMPAT_WORKERS runs the drop-in's default pool on other workers than the host's (e.g. "native"); without it,
-// on the host's own (said explicitly: the default is native where a native worker is built).
-export const COMPAT_WORKERS = process.env.SPAWNPOOL_COMPAT_WORKERS as WorkerRuntime | undefined;
-configureDefaultPool({ runtime: COMPAT_WORKERS ?? HOST });
+// on the host's own (said explicitly: the default is native where a native worker is built). Either way every command
+// goes to a worker (no `startInHost`). "in-host" runs each scenario on a pool of its own that runs commands in the host
+// (`startInHost`, as the default pool does with a script's first commands): there a scenario's commands run in the
+// host unless two run at once or one needs a process group of its own.
+const workersSetting = process.env.SPAWNPOOL_COMPAT_WORKERS;
+/** Whether the scenarios run on pools that start commands in the host. */
+export const IN_HOST = workersSetting === "in-host";
+export const COMPAT_WORKERS = (IN_HOST ? undefined : workersSetting) as WorkerRuntime | undefined;
+configureDefaultPool({ runtime: COMPAT_WORKERS ?? HOST, startInHost: false });
 
 export type CP = Pick<typeof native, "spawn" | "execFile" | "exec">;
-export const MODULES: Array<[string, CP]> = [["native", native], ["pooled", pooled]];
+
+/** The scenario's own pool, in-host runs: `inScenarioPool` sets it. */
+let scenarioApi: CP | undefined;
+/** The drop-in's functions on the scenario's pool (in-host runs), with their own properties (util.promisify's). */
+const onScenarioPool = new Proxy({} as CP, {
+  get(_target, key) {
+    if (scenarioApi === undefined) throw new Error("in-host scenarios run inside inScenarioPool()");
+    return scenarioApi[key as keyof CP];
+  },
+});
+
+/**
+ * Runs a scenario's pooled side: in-host runs on a pool of its own that runs commands in the host, closed after it
+ * (its commands killed); otherwise as it is, on the default pool.
+ */
+export async function inScenarioPool<T>(run: () => Promise<T> | T): Promise<T> {
+  if (!IN_HOST) return await run();
+  const pool = new Pool({ startInHost: true, runtime: HOST }); // workers, when two commands run at once: the host's
+  scenarioApi = pooled.childProcessFor(pool);
+  try {
+    return await run();
+  } finally {
+    scenarioApi = undefined;
+    await pool.close({ drain: false });
+  }
+}
+
+export const MODULES: Array<[string, CP]> = [["native", native], ["pooled", IN_HOST ? onScenarioPool : pooled]];
 
 export const scratch = realpathSync(mkdtempSync(join(tmpdir(), "spawnpool-compat-")));
 /** A deterministic file of every byte value, 163 KB (the write-up's cat payload size). */

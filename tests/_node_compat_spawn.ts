@@ -12,7 +12,6 @@ import { closeSync, createReadStream, openSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import * as pooled from "../node.ts";
 import { fixture, HOST, hostArgv } from "./_helpers.ts";
 import {
   A_DIRECTORY,
@@ -186,7 +185,7 @@ export const spawnScenarios: Scenario[] = [
   ): Scenario => ({
     name: `host: ${which} (in a child process)`,
     run: (cp) => {
-      const [exe, ...args] = hostArgv(fixture("cp_host.ts"), cp === pooled ? "pooled" : "native", which);
+      const [exe, ...args] = hostArgv(fixture("cp_host.ts"), cp === native ? "native" : "pooled", which);
       const result = native.spawnSync(exe, args, {
         encoding: "utf8",
       });
@@ -216,7 +215,7 @@ export const spawnScenarios: Scenario[] = [
   ...["inherit", ["ignore", "inherit", "pipe"], [0, 1, 2], ["ignore", 1, "ignore"]].map((stdio): Scenario => ({
     name: `stdio ${JSON.stringify(stdio)} (in a child process)`,
     run: (cp) => {
-      const which = cp === pooled ? "pooled" : "native";
+      const which = cp === native ? "native" : "pooled";
       const [exe, ...args] = hostArgv(fixture("cp_stdio.ts"), which, JSON.stringify(stdio));
       const result = native.spawnSync(exe, args, {
         encoding: "utf8",

@@ -12,7 +12,15 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { HOST } from "./_helpers.ts";
-import { EVERY_SCENARIO_DIFFERS, isObject, MODULES, omit, type Scenario, stateful } from "./_node_compat.ts";
+import {
+  EVERY_SCENARIO_DIFFERS,
+  inScenarioPool,
+  isObject,
+  MODULES,
+  omit,
+  type Scenario,
+  stateful,
+} from "./_node_compat.ts";
 import { spawnScenarios } from "./_node_compat_spawn.ts";
 import { execScenarios } from "./_node_compat_exec.ts";
 
@@ -31,7 +39,7 @@ describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
         const state = stateful[scenario.name];
         state?.before();
         try {
-          const result = await scenario.run(cp);
+          const result = which === "pooled" ? await inScenarioPool(() => scenario.run(cp)) : await scenario.run(cp);
           results[which] = scenario.normalize ? scenario.normalize(result as Record<string, unknown>) : result;
         } finally {
           state?.after();

@@ -1,7 +1,7 @@
 // `npm test`: the whole quality gate, what CI runs. Format, lint, type-checks and doc lint; every test file
 // under Deno, Bun and Node (the conformance suite against node, bun, deno and native workers); the conformance suite
 // again on remote pools, an agent of each runtime behind a nats-server; the drop-in's differential suite again on
-// native workers; the JSDoc examples; a JSR publish dry run; and the npm package
+// native workers, and on pools that run commands in the host (`startInHost`); the JSDoc examples; a JSR publish dry run; and the npm package
 // installed into scratch Node and Bun apps. Setup builds the native worker first (support/build_native.mjs). Prints a total and exits non-zero on any failure.
 import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
@@ -33,6 +33,31 @@ const withExamples = [
 // not on CI).
 const conformance = tests.filter((file) => /\/conformance_\w+_test\.ts$/.test(file));
 const natsMissing = natsServerPath() === undefined ? natsServerMissing() : undefined;
+
+/**
+ * Test files under each host runtime's runner (deno test, bun test, node --test), each step with its runner's summary
+ * line; `what(host)` names the step, `extra(host)` adds its environment and whether it needs the nats-server.
+ */
+function underEachHost(what, files, extra) {
+  const runners = {
+    deno: {
+      args: ["test", "-A"],
+      // Its tests are the files' describe blocks; their steps are the tests the other runners count.
+      count: /(\d+) passed \((\d+) steps\) \| (\d+) failed(?: \((\d+) steps\))?/,
+      totals: (m) => [Number(m[2]), Number(m[4] ?? m[3])],
+    },
+    // The per-test timeout: Bun reads none from bunfig.toml, and a preload's setDefaultTimeout() holds for one file.
+    bun: { args: ["test", "--timeout", "30000"], count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m },
+    node: { args: ["--test"], count: /ℹ pass (\d+)\s*ℹ fail (\d+)/ },
+  };
+  return Object.entries(runners).map(([host, runner]) => ({
+    name: [host, runner.args[0], what(host)].filter(Boolean).join(" "),
+    cmd: host,
+    ...runner,
+    args: [...runner.args, ...files],
+    ...extra(host),
+  }));
+}
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
   { name: "deno lint", cmd: "deno", args: ["lint"] },
@@ -60,72 +85,26 @@ const steps = [
     args: ["test", "--doc", "-A", "--import-map=tools/doc_imports.json", ...withExamples],
     count: /(\d+) passed \| (\d+) failed/,
   },
-  {
-    name: "deno test",
-    cmd: "deno",
-    args: ["test", "-A", ...tests],
-    // Its tests are the files' describe blocks; their steps are the tests the other runners count.
-    count: /(\d+) passed \((\d+) steps\) \| (\d+) failed(?: \((\d+) steps\))?/,
-    totals: (m) => [Number(m[2]), Number(m[4] ?? m[3])],
-  },
-  {
-    name: "bun test",
-    cmd: "bun",
-    // The per-test timeout: Bun reads none from bunfig.toml, and a preload's setDefaultTimeout() holds for one file.
-    args: ["test", "--timeout", "30000", ...tests],
-    count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
-  },
-  { name: "node --test", cmd: "node", args: ["--test", ...tests], count: /ℹ pass (\d+)\s*ℹ fail (\d+)/ },
+  // Every test file under each runtime: the conformance suite against node, bun, deno and native workers.
+  ...underEachHost(() => "", tests, () => ({})),
   // The conformance suite on remote pools: each host runtime's pool sends its commands through a nats-server to an agent
   // of the same runtime (whose workers run under it too).
-  {
-    name: "deno test the conformance files, remote pool with a deno agent",
-    cmd: "deno",
-    args: ["test", "-A", ...conformance],
-    env: { SPAWNPOOL_TEST_WORKERS: "remote-deno" },
+  ...underEachHost((host) => `the conformance files, remote pool with a ${host} agent`, conformance, (host) => ({
+    env: { SPAWNPOOL_TEST_WORKERS: `remote-${host}` },
     nats: true,
-    count: /(\d+) passed \((\d+) steps\) \| (\d+) failed(?: \((\d+) steps\))?/,
-    totals: (m) => [Number(m[2]), Number(m[4] ?? m[3])],
-  },
-  {
-    name: "bun test the conformance files, remote pool with a bun agent",
-    cmd: "bun",
-    args: ["test", "--timeout", "30000", ...conformance],
-    env: { SPAWNPOOL_TEST_WORKERS: "remote-bun" },
-    nats: true,
-    count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
-  },
-  {
-    name: "node --test the conformance files, remote pool with a node agent",
-    cmd: "node",
-    args: ["--test", ...conformance],
-    env: { SPAWNPOOL_TEST_WORKERS: "remote-node" },
-    nats: true,
-    count: /ℹ pass (\d+)\s*ℹ fail (\d+)/,
-  },
+  })),
   // The ./node drop-in's differential suite once more, its default pool on native workers, under each host.
-  {
-    name: "deno test tests/node_compat_test.ts and node_extras_test.ts, native workers",
-    cmd: "deno",
-    args: ["test", "-A", "tests/node_compat_test.ts", "tests/node_extras_test.ts"],
-    env: { SPAWNPOOL_COMPAT_WORKERS: "native" },
-    count: /(\d+) passed \((\d+) steps\) \| (\d+) failed(?: \((\d+) steps\))?/,
-    totals: (m) => [Number(m[2]), Number(m[4] ?? m[3])],
-  },
-  {
-    name: "bun test tests/node_compat_test.ts and node_extras_test.ts, native workers",
-    cmd: "bun",
-    args: ["test", "--timeout", "30000", "tests/node_compat_test.ts", "tests/node_extras_test.ts"],
-    env: { SPAWNPOOL_COMPAT_WORKERS: "native" },
-    count: /^\s*(\d+) pass\s*$[\s\S]*^\s*(\d+) fail\s*$/m,
-  },
-  {
-    name: "node --test tests/node_compat_test.ts and node_extras_test.ts, native workers",
-    cmd: "node",
-    args: ["--test", "tests/node_compat_test.ts", "tests/node_extras_test.ts"],
-    env: { SPAWNPOOL_COMPAT_WORKERS: "native" },
-    count: /ℹ pass (\d+)\s*ℹ fail (\d+)/,
-  },
+  ...underEachHost(
+    () => "tests/node_compat_test.ts and node_extras_test.ts, native workers",
+    ["tests/node_compat_test.ts", "tests/node_extras_test.ts"],
+    () => ({ env: { SPAWNPOOL_COMPAT_WORKERS: "native" } }),
+  ),
+  // And on pools that run commands in the host until two run at once (`startInHost`, the default pool's way).
+  ...underEachHost(
+    () => "tests/node_compat_test.ts, commands run in the host",
+    ["tests/node_compat_test.ts"],
+    () => ({ env: { SPAWNPOOL_COMPAT_WORKERS: "in-host" } }),
+  ),
   {
     name: "npm package in scratch Node and Bun apps",
     cmd: "node",

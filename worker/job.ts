@@ -48,7 +48,8 @@ export class Job {
   reason: StopReason = null;
   stdinChain: Promise<unknown> = Promise.resolve();
   timers: ReturnType<typeof setTimeout>[] = [];
-  grace: ReturnType<typeof setTimeout> | undefined;
+  /** Cancels the quiet-period timer of {@linkcode Server}'s grace, while one is armed. */
+  grace: (() => void) | undefined;
 
   constructor(id: number, request: SpawnRequest) {
     this.id = id;

@@ -45,10 +45,17 @@ class Server {
   readonly #adapter: Adapter;
   readonly #writer: FrameWriter;
   readonly #jobs = new Map<number, Job>();
+  readonly #channel: ByteChannel;
+  /** Whether this loop runs inside the host ({@linkcode serve}'s `inHost`). */
+  readonly #inHost: boolean;
+  /** Inside the host: whether its commands keep it alive (the host's requests do). */
+  #keepAlive = true;
   #stopping = false;
 
-  constructor(adapter: Adapter, channel: ByteChannel) {
+  constructor(adapter: Adapter, channel: ByteChannel, inHost: boolean) {
     this.#adapter = adapter;
+    this.#channel = channel;
+    this.#inHost = inHost;
     this.#writer = new FrameWriter(channel);
   }
 
@@ -58,15 +65,42 @@ class Server {
     this.#writer.send(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime, pid: this.#adapter.pid() }));
   }
 
-  /** Kills every command but the detached ones (their groups, for good), then exits. */
+  /**
+   * Kills every command but the detached ones (their groups, for good), then exits; inside the host, closes the
+   * channel instead and forgets its commands.
+   */
   stop(code: number): void {
     if (this.#stopping) return;
     this.#stopping = true;
     for (const job of this.#jobs.values()) {
       if (job.child && !job.request.detached) this.#killGroupForGood(job);
     }
-    this.#adapter.killOwnGroup?.();
-    this.#adapter.exit(code);
+    if (!this.#inHost) {
+      this.#adapter.killOwnGroup?.();
+      this.#adapter.exit(code);
+    }
+    for (const job of this.#jobs.values()) {
+      for (const timer of job.timers) clearTimeout(timer);
+      job.grace?.();
+    }
+    this.#jobs.clear();
+    this.#channel.close();
+  }
+
+  /**
+   * Calls `callback` after `ms`, unless the returned function is called first: the adapter's unref'd timer where it
+   * has one (the job's child and its pipes keep the process alive meanwhile), else `setTimeout`.
+   */
+  #timer(ms: number, callback: () => void): () => void {
+    if (this.#adapter.unrefTimer !== undefined) return this.#adapter.unrefTimer(ms, callback);
+    const timer = setTimeout(callback, ms);
+    return () => clearTimeout(timer);
+  }
+
+  /** Inside the host: lets its commands keep it alive, or not. */
+  keepAlive(on: boolean): void {
+    this.#keepAlive = on;
+    for (const job of this.#jobs.values()) job.child?.keepAlive?.(on);
   }
 
   /** Handles one frame from the host; a ProtocolError closes the channel. */
@@ -134,7 +168,7 @@ class Server {
         end: (fd) => job.child ? this.#onEnd(job, fd) : void early.push(() => this.#onEnd(job, fd)),
         exit: (code, signal) =>
           job.child ? this.#onExit(job, code, signal) : void early.push(() => this.#onExit(job, code, signal)),
-      });
+      }, this.#inHost);
     } catch (error) {
       // Thrown or rejected, the runtime's own error or a SpawnFailed: the host hears it as a SpawnFailed.
       this.#jobs.delete(job.id);
@@ -142,6 +176,12 @@ class Server {
       return;
     }
     job.child = child;
+    child.keepAlive?.(this.#keepAlive);
+    if (this.#stopping) {
+      // Stopped while the command started (inside the host, which goes on): it goes the way of the others.
+      if (!request.detached) this.#killGroupForGood(job);
+      return;
+    }
     this.#writer.send(Frame.Spawned, job.id, encodeU32(child.pid));
     if (request.timeout !== undefined) {
       job.timers.push(setTimeout(() => this.#stopFor(job, "timeout", request.killSignal), request.timeout));
@@ -187,7 +227,7 @@ class Server {
   #finish(job: Job): void {
     if (!job.exit || job.anyOpen) return;
     for (const timer of job.timers) clearTimeout(timer);
-    if (job.grace !== undefined) clearTimeout(job.grace);
+    job.grace?.();
     this.#jobs.delete(job.id);
     // Buffered output leaves as the chunks it was read in (views of at most MAX_CHUNK_BYTES of them): no copy here.
     const [, stdout, stderr] = job.streams;
@@ -213,14 +253,14 @@ class Server {
    * while a stream is still open and none is paused.
    */
   #armGrace(job: Job): void {
-    if (job.grace !== undefined) clearTimeout(job.grace);
+    job.grace?.();
     job.grace = undefined;
     if (!job.exit || !job.anyOpen || job.anyPaused) return;
-    job.grace = setTimeout(() => {
+    job.grace = this.#timer(STREAM_GRACE_MS, () => {
       job.grace = undefined;
       job.child?.release();
       for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#closeStream(job, fd);
-    }, STREAM_GRACE_MS);
+    });
   }
 
   /**
@@ -343,9 +383,18 @@ class Server {
  *
  * @param adapter The runtime adapter of this worker process.
  * @param channel The channel to the host.
+ * @param inHost Whether the loop runs inside the host itself (its first commands): it then neither listens for
+ *   termination signals nor exits, and its commands stay in the host's process group unless they need one of their
+ *   own.
+ * @returns What stops the loop (its commands are killed, but the detached ones, and its channel closes), and inside
+ *   the host what says whether its commands keep the host alive.
  */
-export function serve(adapter: Adapter, channel: ByteChannel): void {
-  const server = new Server(adapter, channel);
+export function serve(
+  adapter: Adapter,
+  channel: ByteChannel,
+  inHost = false,
+): { stop(): void; keepAlive(on: boolean): void } {
+  const server = new Server(adapter, channel, inHost);
   const decoder = new FrameDecoder(
     (type, id, payload, lent) => server.onFrame(type, id, payload, lent),
     { lent: channel.lendsChunks === true, allocate: channel.allocate },
@@ -363,6 +412,7 @@ export function serve(adapter: Adapter, channel: ByteChannel): void {
       server.stop(0);
     },
   });
-  adapter.onTerminate(() => server.stop(0));
+  if (!inHost) adapter.onTerminate(() => server.stop(0));
   server.hello();
+  return { stop: () => server.stop(0), keepAlive: (on) => server.keepAlive(on) };
 }
