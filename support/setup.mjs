@@ -40,14 +40,32 @@ function installPinned() {
 }
 
 /**
- * Compiles the TypeScript sources to ESM JavaScript plus .d.ts files in dist/: what Node and Bun apps get
- * from npm (Node does not strip types inside node_modules), and what the benchmarks measure under Bun and
- * Node. Declarations come from the sources' explicit types (isolatedDeclarations).
+ * Builds what Node and Bun apps get from npm (Node does not strip types inside node_modules), and what the benchmarks
+ * measure under Bun and Node: .d.ts files from the sources' explicit types (tsc, isolatedDeclarations), and the
+ * JavaScript bundled with Bun's bundler (`bun build`), because Node loads each ES module file at a cost: about 40 files
+ * cost a script that imports spawnpool 7-8 ms more than a few bundled ones (bench/results/2026-11-26-cold-start-2.md).
+ * `dist/mod.js` and `dist/node.js` share their code (the default pool is one) in chunks under `dist/lib/`, with the
+ * modules loaded on demand (a worker's channel, the loop run in the host) in chunks of their own; the worker
+ * (`dist/worker/main.js`) and the agent's command line (`dist/remote/cli.js`) are bundles of their own. Every file that
+ * holds `adapters/runtime.ts` sits one directory below dist/, where it finds `../worker/main.js` and `../native/`.
  */
 export function buildDist() {
   ensureInstalled();
-  rmSync(join(root, "dist"), { recursive: true, force: true });
-  execFileSync(join(bin, "tsc"), ["-p", "tsconfig.build.json"], { cwd: root, stdio: "inherit" });
+  const dist = join(root, "dist");
+  rmSync(dist, { recursive: true, force: true });
+  execFileSync(join(bin, "tsc"), ["-p", "tsconfig.build.json", "--emitDeclarationOnly"], {
+    cwd: root,
+    stdio: "inherit",
+  });
+  const bundle = (entries, outdir, extra = []) =>
+    execFileSync(
+      join(bin, "bun"),
+      ["build", ...entries, "--target=node", "--format=esm", "--external=@nats-io/*", `--outdir=${outdir}`, ...extra],
+      { cwd: root, stdio: ["ignore", "ignore", "inherit"] },
+    );
+  bundle(["mod.ts", "node.ts"], dist, ["--splitting", "--root=.", "--chunk-naming=lib/[name]-[hash].[ext]"]);
+  bundle(["worker/main.ts"], join(dist, "worker"));
+  bundle(["remote/cli.ts"], join(dist, "remote"));
   copyNativeToDist();
 }
 

@@ -7,7 +7,7 @@
 import { writeFileSync } from "node:fs";
 import { registerHooks } from "node:module";
 import process from "node:process";
-import { configureDefaultPool } from "../dist/pool.js";
+import { configureDefaultPool } from "../dist/mod.js";
 
 const dist = new URL("../dist/", import.meta.url).href;
 const dropIn = new URL("node.js", dist).href;
