@@ -83,6 +83,8 @@ export function preflight(request: SpawnRequest): SpawnFailure | undefined {
   if (path === undefined) return undefined; // the runtime's default search path: left to the worker
   const key = `${path}\0${cmd}`;
   if (found.has(key)) return undefined;
+  // Found by the runtime's own lookup: the search below would not fail either (it finds it, or stops with no verdict).
+  if (system.which?.(cmd, path) !== undefined) return remember(key);
   for (const dir of path.split(PATH_DELIMITER)) {
     // A relative entry is the worker's to resolve, and an entry that cannot be read may hold it: no verdict.
     if (dir === "" || !isAbsolutePath(dir)) return undefined;
@@ -90,11 +92,14 @@ export function preflight(request: SpawnRequest): SpawnFailure | undefined {
     const what = kind(candidate);
     // A file nobody may execute makes the search end in EACCES rather than ENOENT: left to the worker.
     if (what === undefined || what === "file") return undefined;
-    if (what === "exec") {
-      if (found.size >= MAX_FOUND) found.clear();
-      found.set(key, true);
-      return undefined;
-    }
+    if (what === "exec") return remember(key);
   }
   return { code: "ENOENT", errno: -2, message: "entity not found" };
+}
+
+/** Notes a program found on a PATH; no failure. */
+function remember(key: string): undefined {
+  if (found.size >= MAX_FOUND) found.clear();
+  found.set(key, true);
+  return undefined;
 }

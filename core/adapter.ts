@@ -275,6 +275,6 @@ export interface Platform {
 
   inHost?: {
     takes(request: SpawnRequest): boolean;
-    start(): Promise<WorkerProcess>;
+    start(): WorkerProcess;
   };
 }

@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { Platform, RuntimeName, WorkerProcess, WorkerRuntime } from "./adapter.ts";
+import type { Platform, RuntimeName, WorkerRuntime } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
 import type { Scheduler, Submission } from "./execution.ts";
 import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
@@ -127,10 +127,6 @@ export class PoolCore implements Scheduler {
   #inHostOpen: boolean;
   /** The worker loop inside the host, once started. */
   #inHost: WorkerHandle | undefined;
-  /** Its start, while under way. */
-  #inHostStart: Promise<void> | undefined;
-  /** The command waiting for that start. */
-  #inHostWaiting: Submission | undefined;
 
   /**
    * Creates a pool; no worker starts until the first request or {@linkcode PoolCore.ready}.
@@ -222,7 +218,7 @@ export class PoolCore implements Scheduler {
     return {
       runtime: this.#runtime,
       inFlight,
-      queued: this.#queue.length + (this.#inHostWaiting ? 1 : 0),
+      queued: this.#queue.length,
       started: this.#started,
       workers: this.#workers.map((worker) => ({
         pid: worker.process.pid,
@@ -261,7 +257,6 @@ export class PoolCore implements Scheduler {
     }
     for (const execution of this.#queue.splice(0)) execution.reject(closedError);
     this.#inHostOpen = false;
-    await this.#inHostStart; // its waiting command, if any, now meets a closed pool
     if (this.#inHost !== undefined) this.#retire(this.#inHost);
     for (const end of [...this.#backoffs]) end(); // those starts then see the pool closed, and stop
     // Workers still starting are closed as soon as they exist: wait for them too.
@@ -305,9 +300,9 @@ export class PoolCore implements Scheduler {
     this.#exits.push(worker.process.exited.finally(() => clearTimeout(stuck)));
   }
 
-  /** Whether the worker loop inside the host has a command, running or waiting for the loop to start. */
+  /** Whether the worker loop inside the host runs a command. */
   get #inHostBusy(): boolean {
-    return this.#inHostWaiting !== undefined || (this.#inHost?.inFlight ?? 0) > 0;
+    return (this.#inHost?.inFlight ?? 0) > 0;
   }
 
   /**
@@ -317,40 +312,22 @@ export class PoolCore implements Scheduler {
   #runInHost(execution: Submission): boolean {
     const inHost = this.#platform.inHost;
     if (!this.#inHostOpen || inHost === undefined) return false;
-    if (this.#workers.length > 0 || this.#starting > 0 || this.#inHostBusy || !inHost.takes(execution.request)) {
+    const busy = this.#workers.length > 0 || this.#starting > 0 || this.#inHostBusy;
+    if (busy || !inHost.takes(execution.request) || this.#inHost?.closed) {
       this.#inHostOpen = false;
       return false;
     }
-    if (this.#inHost !== undefined && !this.#inHost.closed) {
-      this.#assign(execution, this.#inHost);
-      return true;
-    }
-    this.#inHostWaiting = execution;
-    this.#inHostStart ??= this.#startInHost(inHost.start);
-    return true;
-  }
-
-  /** Starts the worker loop inside the host, then runs the command waiting for it (or hands it to the workers). */
-  async #startInHost(start: () => Promise<WorkerProcess>): Promise<void> {
-    try {
-      const handle = new WorkerHandle(await start(), () => {
+    if (this.#inHost === undefined) {
+      // The loop says hello in a microtask, ahead of its answer to the request sent now.
+      const handle = new WorkerHandle(inHost.start(), () => {
         this.#inHostOpen = false;
         if (this.#inHost === handle) this.#inHost = undefined;
       });
       this.#inHost = handle;
       this.#unhookExit ??= this.#platform.onExit?.(() => this.#onHostExit());
-      await handle.ready;
-    } catch {
-      this.#inHostOpen = false; // it failed to start (it never should): the workers run the commands
-    } finally {
-      this.#inHostStart = undefined;
     }
-    const waiting = this.#inHostWaiting;
-    this.#inHostWaiting = undefined;
-    if (waiting === undefined) return;
-    if (!this.#wanted) waiting.reject(poolClosed(waiting.request.cmd, this.#hostExited)); // a draining pool runs it
-    else if (this.#inHost === undefined) this.submit(waiting);
-    else this.#assign(waiting, this.#inHost);
+    this.#assign(execution, this.#inHost);
+    return true;
   }
 
   #assertOpen(): void {
