@@ -44,8 +44,9 @@ const onScenarioPool = new Proxy({} as CP, {
 });
 
 /**
- * Runs a scenario's pooled side: in-host runs on a pool of its own that runs commands in the host, closed after it
- * (its commands killed); otherwise as it is, on the default pool.
+ * Runs a scenario's pooled side: in-host runs on a pool of its own that runs commands in the host, closed after it (what
+ * the scenario left running finishes first, as it would on the default pool, which never closes); otherwise as it is,
+ * on the default pool.
  */
 export async function inScenarioPool<T>(run: () => Promise<T> | T): Promise<T> {
   if (!IN_HOST) return await run();
@@ -55,7 +56,7 @@ export async function inScenarioPool<T>(run: () => Promise<T> | T): Promise<T> {
     return await run();
   } finally {
     scenarioApi = undefined;
-    await pool.close({ drain: false });
+    void pool.close();
   }
 }
 
