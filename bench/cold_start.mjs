@@ -83,8 +83,11 @@ function scriptsFor(host, from = root) {
       shape: "probe: spawnpool imported, unused",
       script: { ...direct, load: `${command.load}.then(() => ${direct.load})` },
     },
-    {
-      // The runtime-neutral core and both shapes, without the adapters and the runtime's modules they import.
+  ];
+  if (host === "deno") {
+    // The runtime-neutral core and both shapes, without the adapters and the runtime's modules they import (the npm
+    // build Node and Bun import is one bundle: no such part of it to import).
+    probes.push({
       shape: "probe: core modules imported, unused",
       script: {
         ...direct,
@@ -94,9 +97,7 @@ function scriptsFor(host, from = root) {
           )
         }.map((url) => import(url))).then(() => ${direct.load})`,
       },
-    },
-  ];
-  if (host === "deno") {
+    });
     const builtins = ["process", "fs", "path", "url", "module", "os", "net", "child_process", "buffer"];
     probes.push({
       shape: "probe: node: built-ins imported",
