@@ -5,6 +5,8 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -46,12 +48,14 @@ void close_stream(struct job *job, int fd, bool tell) {
 
 /*
  * The host let a stream go (its reader destroyed it). A pipe is closed at once. A socket is no longer read, and is
- * closed once its writer has written nothing for LINGER_STILL_US (it is blocked on the full socket, or idle), at most
- * LINGER_MAX_US after the release, or when the job ends. Node's reader stops reading a socket once its stream holds a
- * high-water mark, so a writer such as `yes` is blocked when the reader destroys it and fails with ECONNRESET ("yes:
- * standard output: Connection reset by peer", exit 1); this worker reads ahead by the host's window, so at a release it
- * has often emptied the socket, and a writer then meets EPIPE and dies of SIGPIPE. Letting it fill the socket first
- * gives it Node's ending.
+ * closed once its writer is blocked on it (nothing written for LINGER_STILL_US, and the command asleep in a socket
+ * send, as Linux's /proc/<pid>/wchan tells), once nothing has been written for LINGER_IDLE_US (an idle writer, or one
+ * that is not the command itself, or no wchan to read), at most LINGER_MAX_US after the release, or when the job ends.
+ * Node's reader stops reading a socket once its stream holds a high-water mark, so a writer such as `yes` is blocked
+ * when the reader destroys it and fails with ECONNRESET ("yes: standard output: Connection reset by peer", exit 1);
+ * this worker reads ahead by the host's window, so at a release it has often emptied the socket, and a writer then
+ * meets EPIPE and dies of SIGPIPE. Letting it fill the socket first gives it Node's ending. Stillness alone is not
+ * proof: on a busy machine a writer can go unscheduled for a millisecond with room left in the socket.
  */
 void release_stream(struct job *job, int fd) {
   struct watch *w = &job->w_out[fd];
@@ -61,6 +65,7 @@ void release_stream(struct job *job, int fd) {
   }
   job->lingering[fd] = true;
   job->linger_unread[fd] = -1;
+  job->linger_since[fd] = 0;
   job->open[fd] = false;
   job->paused[fd] = false;
   watch_set(w, 0);
@@ -70,6 +75,20 @@ void release_stream(struct job *job, int fd) {
   finish(job); /* a job that ends now closes the socket with the rest (bury) */
 }
 
+/* Whether the command is asleep waiting for room in a socket it writes to (Linux; false where that cannot be read). */
+static bool blocked_in_send(pid_t pid) {
+  char path[40], wchan[64];
+  snprintf(path, sizeof path, "/proc/%d/wchan", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, wchan, sizeof wchan - 1);
+  close(fd);
+  if (n <= 0) return false;
+  wchan[n] = '\0';
+  return strcmp(wchan, "sock_alloc_send_pskb") == 0 || strcmp(wchan, "sock_wait_for_wmem") == 0 ||
+         strcmp(wchan, "unix_stream_sendmsg") == 0;
+}
+
 /* Closes each lingering socket whose writer has stopped (see release_stream); the timer runs while one is left. */
 void check_lingering(struct job *job) {
   int64_t now = now_us();
@@ -77,13 +96,19 @@ void check_lingering(struct job *job) {
   for (int fd = 1; fd <= 2; fd++) {
     if (!job->lingering[fd]) continue;
     int unread = -1;
-    if (ioctl(job->w_out[fd].fd, FIONREAD, &unread) != 0 || unread == job->linger_unread[fd] ||
-        now >= job->linger_until) {
+    bool gone = ioctl(job->w_out[fd].fd, FIONREAD, &unread) != 0 || now >= job->linger_until;
+    if (!gone && unread != job->linger_unread[fd]) {
+      job->linger_unread[fd] = unread;
+      job->linger_since[fd] = now;
+      left = true;
+      continue;
+    }
+    int64_t still = now - job->linger_since[fd];
+    if (gone || still >= LINGER_IDLE_US || blocked_in_send(job->pid)) {
       job->lingering[fd] = false;
       watch_close(&job->w_out[fd]);
       continue;
     }
-    job->linger_unread[fd] = unread;
     left = true;
   }
   job->linger_at = left ? now + LINGER_STILL_US : 0;

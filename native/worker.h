@@ -66,9 +66,10 @@ enum frame_type {
 /* As worker/serve.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's streams. */
 #define MAX_CHUNK_BYTES (1024 * 1024)
 #define STREAM_GRACE_US (200 * 1000)
-/* A released socket is closed once its writer has written nothing for this long, or after LINGER_MAX_US: see
- * release_stream(). */
+/* A released socket is closed once its writer has written nothing for LINGER_STILL_US and is blocked on a full socket,
+ * or has written nothing for LINGER_IDLE_US, or after LINGER_MAX_US: see release_stream(). */
 #define LINGER_STILL_US 1000
+#define LINGER_IDLE_US (20 * 1000)
 #define LINGER_MAX_US (100 * 1000)
 /* The channel's read buffer (core/adapter.ts LENDING_READ_BYTES) and one read of a buffered command's output. */
 #define CHANNEL_READ_BYTES (256 * 1024)
@@ -133,6 +134,7 @@ struct job {
   bool open[3], paused[3];
   bool lingering[3];   /* released by the host, not yet closed: see release_stream() */
   int linger_unread[3]; /* bytes unread at the last look */
+  int64_t linger_since[3]; /* when that count was first seen */
   double unacked[3];
   struct buf collected[3];
   size_t collected_bytes;
