@@ -15,8 +15,9 @@ import { HOST } from "./_helpers.ts";
 import { EVERY_SCENARIO_DIFFERS, isObject, MODULES, omit, type Scenario, stateful } from "./_node_compat.ts";
 import { spawnScenarios } from "./_node_compat_spawn.ts";
 import { execScenarios } from "./_node_compat_exec.ts";
+import { socketScenarios } from "./_node_compat_sockets.ts";
 
-const scenarios: Scenario[] = [...spawnScenarios, ...execScenarios];
+const scenarios: Scenario[] = [...spawnScenarios, ...socketScenarios, ...execScenarios];
 
 describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
   it(`has at least 60 scenarios (${scenarios.length})`, () => {

@@ -308,6 +308,8 @@ export class ChildProcess extends EventEmitter {
     if (reason === "timeout") this.killed = true;
     // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
     this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
+    // Nor has an output's write side a reader now (a write into a pipe fails once the command has let go of it).
+    for (const output of [this.stdout, this.stderr] as Array<OutputReadable | null>) output?.hangUp();
     this.emit("exit", this.exitCode, this.signalCode);
     this.#exitDelivered = true;
     this.#maybeFlush();
