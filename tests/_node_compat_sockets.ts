@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import type * as native from "node:child_process";
 import { Socket } from "node:net";
-import { Duplex, Readable, Writable } from "node:stream";
+import { Duplex, PassThrough, Readable, Writable } from "node:stream";
 import { spawnSync } from "node:child_process";
 import { fixture, hostArgv } from "./_helpers.ts";
 import { type CP, type Scenario, within20s } from "./_node_compat.ts";
@@ -326,6 +326,28 @@ export const socketScenarios: Scenario[] = [
         "close",
         "hadError false",
       ]);
+    },
+  },
+  {
+    // execa's transforms put their own streams in child.stdout and child.stdio[1], piping the child's into them.
+    name: "child.stdout replaced by the caller: 'exit' and 'close' still come",
+    run: (cp) => {
+      const child = cp.spawn("sh", ["-c", "echo out; echo err >&2"]);
+      const replacement = new PassThrough();
+      child.stdout!.pipe(replacement);
+      (child as { stdout: Readable | null }).stdout = replacement;
+      child.stdio[1] = replacement;
+      const chunks: string[] = [];
+      replacement.on("data", (chunk: Buffer) => chunks.push(String(chunk)));
+      child.stderr!.resume();
+      const events: string[] = [];
+      child.on("exit", (code) => events.push(`exit ${code}`));
+      return within20s(
+        new Promise((resolve) =>
+          child.on("close", (code) => resolve({ events: [...events, `close ${code}`], out: chunks.join("") }))
+        ),
+        "sh",
+      );
     },
   },
   {
