@@ -23,8 +23,9 @@ import {
 } from "./_node_compat.ts";
 import { spawnScenarios } from "./_node_compat_spawn.ts";
 import { execScenarios } from "./_node_compat_exec.ts";
+import { socketScenarios } from "./_node_compat_sockets.ts";
 
-const scenarios: Scenario[] = [...spawnScenarios, ...execScenarios];
+const scenarios: Scenario[] = [...spawnScenarios, ...socketScenarios, ...execScenarios];
 
 describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
   it(`has at least 60 scenarios (${scenarios.length})`, () => {

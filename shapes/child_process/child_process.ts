@@ -90,6 +90,8 @@ export class ChildProcess extends EventEmitter {
   readonly #outputsEnded = new Set<OutputReadable>();
   /** Outputs written into another command's stdin (stdio given as its stream), not this child's streams. */
   readonly #relayed: OutputReadable[] = [];
+  /** This child's own piped outputs (its `stdout` and `stderr` as created: code may replace the public fields). */
+  readonly #outputs: OutputReadable[] = [];
   #signal: AbortSignal | undefined;
   readonly #onAbort = (): void => {
     if (this.#spawned) this.#abort(this.#signal!);
@@ -182,7 +184,10 @@ export class ChildProcess extends EventEmitter {
     // This command's output goes into the other command's stdin; as in Node, it is not this child's stream.
     // 'close' waits until those bytes reached that stdin, as they are in the pipe when a command exits.
     for (const [fd, into] of [[1, intoOut], [2, intoErr]] as const) {
-      if (into === undefined) continue;
+      if (into === undefined) {
+        if (outputs[fd] !== undefined) this.#outputs.push(outputs[fd]);
+        continue;
+      }
       this.#relayed.push(outputs[fd]!);
       this.#closesNeeded++;
       into.relay(outputs[fd]!).then(() => this.#maybeClose());
@@ -308,6 +313,8 @@ export class ChildProcess extends EventEmitter {
     if (reason === "timeout") this.killed = true;
     // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
     this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
+    // Nor has an output's write side a reader now (a write into a pipe fails once the command has let go of it).
+    for (const output of this.#outputs) output.hangUp();
     this.emit("exit", this.exitCode, this.signalCode);
     this.#exitDelivered = true;
     this.#maybeFlush();
