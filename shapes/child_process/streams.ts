@@ -112,6 +112,14 @@ class PipeSocket extends Socket {
     (this as unknown as { _unrefTimer(): void })._unrefTimer();
   }
 
+  /** Several buffered chunks, written as one (through each subclass's `_write`, which takes Node's "buffer"). */
+  override _writev(
+    chunks: Array<{ chunk: Buffer | string; encoding: string }>,
+    callback: (error?: Error | null) => void,
+  ): void {
+    this._write(concatChunks(chunks), "buffer" as BufferEncoding, callback);
+  }
+
   /** @internal Emits 'timeout' unless the stream is destroyed (its timer outlives it here). */
   _onTimeout(): void {
     if (!this.destroyed) this.emit("timeout");
@@ -165,13 +173,6 @@ export class OutputReadable extends PipeSocket {
     this.#unread += bytes;
     this.passed(bytes, "written");
     callback();
-  }
-
-  override _writev(
-    chunks: Array<{ chunk: Buffer | string; encoding: string }>,
-    callback: (error?: Error | null) => void,
-  ): void {
-    this._write(concatChunks(chunks), "buffer", callback);
   }
 
   override _final(callback: (error?: Error | null) => void): void {
@@ -250,13 +251,6 @@ export class InputWritable extends PipeSocket {
     const bytes = bytesOf(chunk, encoding);
     this.passed(bytes.length, "written");
     this.#send(bytes, callback);
-  }
-
-  override _writev(
-    chunks: Array<{ chunk: Buffer | string; encoding: string }>,
-    callback: (error?: Error | null) => void,
-  ): void {
-    this._write(concatChunks(chunks), "buffer", callback);
   }
 
   override _final(callback: (error?: Error | null) => void): void {
