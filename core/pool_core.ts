@@ -41,10 +41,11 @@ export interface PoolOptions {
    */
   maxQueue?: number;
   /**
-   * Runs commands from the host process itself, with its runtime's own spawn, until two run at once: only then do
-   * workers start, and from then on every command goes to them. A script that runs one command, or a few one after
-   * the other, then starts no worker at all. Commands that need a process group of their own (`timeout`, `detached`)
-   * always go to workers. {@linkcode PoolCore.ready} starts the workers at once.
+   * Runs commands from the host process itself, with its runtime's own spawn, until a worker is ready: workers start
+   * only once two commands run at once, and the host goes on running commands while they start (none waits for a
+   * worker to boot), then none. A script that runs one command, or a few one after the other, starts no worker at all.
+   * Commands that need a process group of their own (`timeout`, `detached`) always go to workers.
+   * {@linkcode PoolCore.ready} starts the workers at once.
    *
    * @default {true for the default pool behind `Command`, `spawn` and the `./node` drop-in; false for `new Pool()`}
    */
@@ -123,7 +124,7 @@ export class PoolCore implements Scheduler {
   #hostExited = false;
   /** Stops the host-exit hook, while this pool has one (from its first worker until it closes). */
   #unhookExit: (() => void) | undefined;
-  /** Whether the next command may run in the host (`startInHost`): until two ran at once, or workers were wanted. */
+  /** Whether the next command may run in the host (`startInHost`): until a worker is ready, or `ready()` is called. */
   #inHostOpen: boolean;
   /** The worker loop inside the host, once started. */
   #inHost: WorkerHandle | undefined;
@@ -306,17 +307,14 @@ export class PoolCore implements Scheduler {
   }
 
   /**
-   * Runs `execution` inside the host (`startInHost`) if nothing else runs and the host takes it; otherwise the host
-   * takes no more commands, and workers start.
+   * Runs `execution` inside the host (`startInHost`) while no worker is ready, if the host takes it. The second command
+   * that runs there at once starts the workers; the host goes on taking commands until one is ready (none waits for a
+   * worker to start), and none after.
    */
   #runInHost(execution: Submission): boolean {
     const inHost = this.#platform.inHost;
-    if (!this.#inHostOpen || inHost === undefined) return false;
-    const busy = this.#workers.length > 0 || this.#starting > 0 || this.#inHostBusy;
-    if (busy || !inHost.takes(execution.request) || this.#inHost?.closed) {
-      this.#inHostOpen = false;
-      return false;
-    }
+    if (!this.#inHostOpen || inHost === undefined || this.#inHost?.closed) return false;
+    if (!inHost.takes(execution.request)) return false; // it waits for a worker, which submit() starts
     if (this.#inHost === undefined) {
       // The loop says hello in a microtask, ahead of its answer to the request sent now.
       const handle = new WorkerHandle(inHost.start(), () => {
@@ -327,6 +325,7 @@ export class PoolCore implements Scheduler {
       this.#unhookExit ??= this.#platform.onExit?.(() => this.#onHostExit());
     }
     this.#assign(execution, this.#inHost);
+    if (this.#inHost.inFlight > 1) this.#fill(this.#inHost.inFlight - 1);
     return true;
   }
 

@@ -24,7 +24,7 @@ import { HOST, withTimeout } from "./_helpers.ts";
 // on the host's own (said explicitly: the default is native where a native worker is built). Either way every command
 // goes to a worker (no `startInHost`). "in-host" runs each scenario on a pool of its own that runs commands in the host
 // (`startInHost`, as the default pool does with a script's first commands): there a scenario's commands run in the
-// host unless two run at once or one needs a process group of its own.
+// host until a worker is ready (two running at once start one) or unless one needs a process group of its own.
 const workersSetting = process.env.SPAWNPOOL_COMPAT_WORKERS;
 /** Whether the scenarios run on pools that start commands in the host. */
 export const IN_HOST = workersSetting === "in-host";

@@ -99,7 +99,7 @@ const steps = [
     ["tests/node_compat_test.ts", "tests/node_extras_test.ts"],
     () => ({ env: { SPAWNPOOL_COMPAT_WORKERS: "native" } }),
   ),
-  // And on pools that run commands in the host until two run at once (`startInHost`, the default pool's way).
+  // And on pools that run commands in the host until a worker is ready (`startInHost`, the default pool's way).
   ...underEachHost(
     () => "tests/node_compat_test.ts, commands run in the host",
     ["tests/node_compat_test.ts"],
