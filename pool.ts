@@ -157,9 +157,7 @@ let sharedOptions: PoolOptions = {};
 
 /** @internal The default pool, started on first use. */
 export function defaultPool(): PoolBackend {
-  // The default pool runs a script's first commands in the host (`startInHost`): one that runs a command and exits
-  // starts no worker.
-  shared ??= backend(sharedOptions.remote === undefined ? { startInHost: true, ...sharedOptions } : sharedOptions);
+  shared ??= backend(sharedOptions);
   return shared;
 }
 

@@ -47,7 +47,7 @@ export interface PoolOptions {
    * Commands that need a process group of their own (`timeout`, `detached`) always go to workers.
    * {@linkcode PoolCore.ready} starts the workers at once.
    *
-   * @default {true for the default pool behind `Command`, `spawn` and the `./node` drop-in; false for `new Pool()`}
+   * @default {false; `configureDefaultPool({ startInHost: true })` turns it on for the default pool}
    */
   startInHost?: boolean;
 }
