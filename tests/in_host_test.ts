@@ -117,6 +117,24 @@ describe(`startInHost (${HOST} host)`, () => {
     assert.equal(text((await output).stdout), `done ${process.pid}`);
   });
 
+  it("output that reached a pipe while the host was busy past the stream grace is read, not released unread", async () => {
+    // The command exits at once; its background job holds the output open and writes 0.1 s later, while the host
+    // is held by synchronous work well past the 200 ms grace that follows an exit. The loop must read what is
+    // waiting in the pipe before it lets the stream go: on Node, a due timer runs before the loop polls.
+    await using pool = new Pool({ startInHost: true });
+    for (let round = 0; round < 3; round++) {
+      const child = pool.command("sh", { args: ["-c", "(sleep 0.1; echo late) & echo early $PPID"], stdout: "piped" })
+        .spawn();
+      const stdout = new Response(child.stdout).text();
+      assert.equal((await child.status).code, 0);
+      const until = performance.now() + 500;
+      while (performance.now() < until) {
+        // the host is busy: no event-loop turn until the grace and the background job's write are long past
+      }
+      assert.equal(await stdout, `early ${process.pid}\nlate\n`, `round ${round}`);
+    }
+  });
+
   it("a failed spawn in the host fails that command alone, as on a worker", async () => {
     await using pool = new Pool({ startInHost: true });
     // A relative path: left to the spawn (the host's early check looks up only names and absolute paths).

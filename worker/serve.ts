@@ -257,10 +257,23 @@ class Server {
     job.grace = undefined;
     if (!job.exit || !job.anyOpen || job.anyPaused) return;
     job.grace = this.#timer(STREAM_GRACE_MS, () => {
-      job.grace = undefined;
-      job.child?.release();
-      for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#closeStream(job, fd);
+      job.grace = this.#afterPoll(() => {
+        job.grace = undefined;
+        job.child?.release();
+        for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#closeStream(job, fd);
+      });
     });
+  }
+
+  /**
+   * Calls `callback` once the event loop has read what was ready when the grace ran out, unless the returned function
+   * is called first. A grace's timer may fire before the loop reads output that reached a pipe while the loop was held
+   * (by the host's own synchronous work, when this loop runs in the host, or a worker left off the CPU), which the
+   * release would then lose: Node runs due timers before it polls, and Bun ran a due timer and the `setImmediate` it
+   * queued before such a read (measured). A timer queued from the grace's own callback runs after that poll on both.
+   */
+  #afterPoll(callback: () => void): () => void {
+    return this.#timer(1, callback);
   }
 
   /**
