@@ -21,7 +21,8 @@
 // Run: `node bench/cold_start.mjs`. Options (env): BENCH_ROUNDS (default 15), BENCH_PHASES (default 5, 0 for none),
 // BENCH_PROFILES (CPU profiles of each Node script, default 5, 0 for none), BENCH_HOSTS (default
 // "node,deno,bun"), BENCH_OTHER (the path of another checkout, its dist/ built: its pool runs in
-// the same rounds, rows "(other)", for a before/after comparison). Writes the table to stdout and bench/results/cold_start.md.
+// the same rounds, rows "(other)", for a before/after comparison), BENCH_START_IN_HOST ("off", the default pool as it
+// is; "on", its scripts call `configureDefaultPool({ startInHost: true })` first; "both", rows of each, "(in host)"). Writes the table to stdout and bench/results/cold_start.md.
 import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -46,6 +47,10 @@ const entry = (host, name, from = root) =>
   pathToFileURL(join(from, host === "deno" ? `${name}.ts` : join("dist", `${name}.js`))).href;
 /** Another checkout whose pool runs beside this one's, for a before/after comparison (its dist/ built already). */
 const OTHER = process.env.BENCH_OTHER;
+const IN_HOST = process.env.BENCH_START_IN_HOST ?? "off";
+if (!["off", "on", "both"].includes(IN_HOST)) {
+  throw new Error(`BENCH_START_IN_HOST: "off", "on" or "both", not ${IN_HOST}`);
+}
 
 /**
  * The scripts: `load` is the module import, `run` runs `echo hi` and leaves its output in `out`. With `phases`, the
@@ -109,13 +114,25 @@ function scriptsFor(host, from = root) {
       },
     });
   }
+  const shapes = [
+    { shape: "Command", script: command, against: native },
+    { shape: "spawn", script: bunShape, against: native },
+    { shape: "./node", script: dropIn, against: "child_process" },
+  ];
+  // The same scripts with `startInHost` set for the default pool first (the drop-in's module shares that pool).
+  const configure = `import(${JSON.stringify(entry(host, "mod", from))}).then((pool) => ` +
+    `pool.configureDefaultPool({ startInHost: true }))`;
+  const inHost = shapes.map(({ shape, script, against }) => ({
+    shape: `${shape} (in host)`,
+    script: { ...script, load: `${configure}.then(() => ${script.load})` },
+    against,
+  }));
   return {
     direct: { [native]: direct, ...(host === "node" ? {} : { child_process: cp }) },
     pooled: [
       ...probes.map((probe) => ({ ...probe, against: native })),
-      { shape: "Command", script: command, against: native },
-      { shape: "spawn", script: bunShape, against: native },
-      { shape: "./node", script: dropIn, against: "child_process" },
+      ...(IN_HOST === "on" ? [] : shapes),
+      ...(IN_HOST === "off" ? [] : inHost),
     ],
   };
 }
