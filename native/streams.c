@@ -124,16 +124,28 @@ static void flush_collected(struct job *job) {
   job->collected_bytes = 0;
 }
 
-/* Buffered output, kept in pieces of at most MAX_CHUNK_BYTES, sent ahead before they would pass it. */
-static void collect(struct job *job, int fd, const uint8_t *data, size_t len) {
-  job->total_bytes += (double)len;
+/*
+ * Reads a buffered command's output into its collected buffer, kept in pieces of at most MAX_CHUNK_BYTES (sent ahead
+ * before a read could pass it): the first read through a scratch buffer, the next ones straight in (buf_reserve_output).
+ * Past maxBuffer, the command is stopped and the read is not kept.
+ */
+static ssize_t collect(struct job *job, int fd) {
+  static uint8_t scratch[OUTPUT_READ_BYTES];
+  if (job->collected_bytes + OUTPUT_READ_BYTES > MAX_CHUNK_BYTES) flush_collected(job);
+  struct buf *b = &job->collected[fd];
+  bool first = b->cap == 0;
+  if (!first) buf_reserve_output(b);
+  ssize_t n = read(job->w_out[fd].fd, first ? scratch : b->data + b->len, OUTPUT_READ_BYTES);
+  if (n <= 0) return n;
+  job->total_bytes += (double)n;
   if (job->has_max_buffer && job->total_bytes > job->max_buffer) {
     stop_for(job, "maxBuffer", SIGKILL);
-    return;
+    return n;
   }
-  if (job->collected_bytes + len > MAX_CHUNK_BYTES) flush_collected(job);
-  buf_put(&job->collected[fd], data, len);
-  job->collected_bytes += len;
+  if (first) buf_put(b, scratch, (size_t)n);
+  else b->len += (size_t)n;
+  job->collected_bytes += (size_t)n;
+  return n;
 }
 
 /*
@@ -149,13 +161,11 @@ void update_pause(struct job *job, int fd) {
 }
 
 void read_output(struct job *job, int fd) {
-  static uint8_t scratch[OUTPUT_READ_BYTES];
   struct watch *w = &job->w_out[fd];
   if (!job->open[fd] || w->fd < 0) return;
   ssize_t n;
   if (job->buffered) {
-    n = read(w->fd, scratch, sizeof scratch);
-    if (n > 0) collect(job, fd, scratch, (size_t)n);
+    n = collect(job, fd);
   } else {
     double room = job->window - job->unacked[fd];
     size_t max = room >= MAX_CHUNK_BYTES ? MAX_CHUNK_BYTES : (size_t)room;

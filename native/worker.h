@@ -163,6 +163,9 @@ void *xrealloc(void *p, size_t size);
 void buf_reserve(struct buf *b, size_t extra);
 void buf_put(struct buf *b, const void *p, size_t n);
 void buf_free(struct buf *b);
+/* Room for one more read in a command's collected output (a spare buffer when there is one); given back with buf_release. */
+void buf_reserve_output(struct buf *b);
+void buf_release(struct buf *b);
 
 /* wire_names.c */
 int signal_number(const char *name, size_t len);

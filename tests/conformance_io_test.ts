@@ -201,6 +201,21 @@ await forEachWorker("stdio, arguments, environment and output", (pool, runtime, 
     assert.deepEqual(new Uint8Array(await new Response(proc.stdout).arrayBuffer()), all);
   });
 
+  it("output() collects 3 MB on stdout and on stderr byte for byte, and one command after another alike", async () => {
+    // Past the worker's 1 MB piece of collected output, which goes ahead of the exit; the same file on both outputs.
+    const data = new Uint8Array(3 * 1024 * 1024 + 4321).map((_, i) => (i * 31 + (i >> 13)) & 0xff);
+    const file = join(scratch, "three-mb.bin");
+    writeFileSync(file, data);
+    for (let round = 0; round < 3; round++) {
+      const out = await pool.command("sh", { args: ["-c", 'cat "$1"; cat "$1" >&2', "sh", file] }).output();
+      assert.equal(out.code, 0);
+      assert.ok(Buffer.from(out.stdout).equals(data), `stdout, round ${round}`);
+      assert.ok(Buffer.from(out.stderr).equals(data), `stderr, round ${round}`);
+      const small = await pool.command("echo", { args: ["small"] }).output();
+      assert.equal(text(small.stdout), "small\n");
+    }
+  });
+
   it("streams 100 MB of output through, in order", async () => {
     const total = 100 * 1024 * 1024;
     const line = "0123456789abcde\n"; // 16 bytes
