@@ -6,7 +6,6 @@
 
 import { EventEmitter } from "node:events";
 import type { Readable, Writable } from "node:stream";
-import { setImmediate } from "node:timers";
 import { SpawnError } from "../../core/errors.ts";
 import { Execution, type Scheduler } from "../../core/execution.ts";
 import type { OutputControls, OutputSink } from "../../core/output_stream.ts";
@@ -15,6 +14,9 @@ import { buildRequest } from "../../core/options.ts";
 import { AbortError, errnoOf, nodeError, validSignal } from "./errors.ts";
 import type { PooledSpawn } from "./options.ts";
 import { epipe, InputWritable, OutputReadable } from "./streams.ts";
+
+/** The global, not an import of `node:timers`, whose namespace would load `timers/promises` too. */
+const { setImmediate } = globalThis;
 
 /** Sends a signal to a pooled command's process group, as the pool's timeout does; false once it exited. */
 export let killGroup: (child: ChildProcess, signal: string) => boolean;

@@ -5,11 +5,17 @@
  */
 
 import { constants as osConstants } from "node:os";
-import { format, inspect } from "node:util";
 import { MAX_TIMER_MS } from "../../core/options.ts";
 import { signalName } from "../../core/signals.ts";
 
 export type NodeError = Error & { code: string };
+
+/**
+ * `node:util`, loaded when an error message needs it: importing the module makes Node and Bun build its namespace
+ * from every export, which loads worker_threads and more (2.4-2.6 ms of a script's start).
+ */
+const util = (): typeof import("node:util") =>
+  (globalThis as unknown as { process: NodeJS.Process }).process.getBuiltinModule("node:util");
 
 /**
  * An error as Node's internal ones: `name` stays the class's, while its stack and `String(error)` read
@@ -57,7 +63,7 @@ export function invalidArgType(name: string, expected: string, value: unknown): 
 
 export function invalidArgValue(name: string, value: unknown, reason = "is invalid"): NodeError {
   const kind = name.includes(".") ? "property" : "argument";
-  let shown = inspect(value);
+  let shown = util().inspect(value);
   if (shown.length > 128) shown = `${shown.slice(0, 128)}...`;
   return nodeError(TypeError, "ERR_INVALID_ARG_VALUE", `The ${kind} '${name}' ${reason}. Received ${shown}`);
 }
@@ -115,7 +121,7 @@ export function validSignal(value: unknown): string {
       // unknown: thrown below, as for a value of another type
     }
   }
-  throw nodeError(TypeError, "ERR_UNKNOWN_SIGNAL", format("Unknown signal: %s", value));
+  throw nodeError(TypeError, "ERR_UNKNOWN_SIGNAL", util().format("Unknown signal: %s", value));
 }
 
 /** Node's `sanitizeKillSignal` for a `killSignal` option: undefined when absent, else a signal's name. */

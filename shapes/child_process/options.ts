@@ -7,7 +7,6 @@
 import { Buffer } from "node:buffer";
 import * as native from "node:child_process";
 import { isAbsolute, resolve } from "node:path";
-import process from "node:process";
 import type { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import type { StdioMode } from "../../core/frame.ts";
@@ -21,6 +20,12 @@ import {
   validateTimeout,
 } from "./errors.ts";
 import { InputWritable, OutputReadable } from "./streams.ts";
+
+/**
+ * The `process` global, not `node:process`: importing that module makes Node build its namespace from every property
+ * of `process`, whose lazy ones then load readline, the REPL's history and more (5 ms of a script's start).
+ */
+const process = (globalThis as unknown as { process: NodeJS.Process }).process;
 
 /** A spawn call after Node's normalisation, ready for the pool. */
 export interface PooledSpawn {
