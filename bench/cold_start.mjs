@@ -1,7 +1,8 @@
 // Cold start: the whole-process wall time of a script that runs one command (`echo hi`), prints its output and exits
 // without closing anything, through the runtime's own spawn and through spawnpool's default pool, on Node, Deno and
 // Bun hosts, for each API shape: the Deno shape (`Command`), the Bun shape (`spawn`) and the `./node` drop-in.
-// Node and Bun scripts import the npm build (dist/, built first); Deno scripts import the TypeScript sources.
+// Every host imports the bundled build (dist/, built first): what npm installs and JSR serves (BENCH_DENO_SOURCES=1:
+// Deno imports the TypeScript sources, as from a checkout).
 //
 // Runs are interleaved: every round runs each host's direct scripts and pooled scripts once, in an order that
 // rotates each round; medians over the rounds, the ratio of the medians and the median of the paired (same round)
@@ -42,9 +43,16 @@ const LINGER_LIMIT_MS = 3_000;
 buildDist();
 const executables = { node: process.execPath, deno: join(bin, "deno"), bun: join(bin, "bun") };
 const hostArgs = (host, script) => host === "deno" ? ["run", "-A", "--quiet", script] : [script];
-/** Where each host imports spawnpool from: the sources for Deno, the npm build for Node and Bun. */
+/**
+ * Where each host imports spawnpool from: the bundled build, which npm installs for Node and Bun and JSR serves to Deno
+ * (tools/stage.mjs; the JSR package's files are dist/'s, with a comment naming their types). BENCH_DENO_SOURCES=1: Deno
+ * imports the TypeScript sources instead, as from a checkout.
+ */
+const DENO_SOURCES = process.env.BENCH_DENO_SOURCES === "1";
 const entry = (host, name, from = root) =>
-  pathToFileURL(join(from, host === "deno" ? `${name}.ts` : join("dist", `${name}.js`))).href;
+  pathToFileURL(join(from, host === "deno" && DENO_SOURCES ? `${name}.ts` : join("dist", `${name}.js`))).href;
+/** A module of the TypeScript sources (for the Deno probe that imports the core alone). */
+const sourceModule = (name, from = root) => pathToFileURL(join(from, `${name}.ts`)).href;
 /** Another checkout whose pool runs beside this one's, for a before/after comparison (its dist/ built already). */
 const OTHER = process.env.BENCH_OTHER;
 const IN_HOST = process.env.BENCH_START_IN_HOST ?? "off";
@@ -93,12 +101,12 @@ function scriptsFor(host, from = root) {
     // The runtime-neutral core and both shapes, without the adapters and the runtime's modules they import (the npm
     // build Node and Bun import is one bundle: no such part of it to import).
     probes.push({
-      shape: "probe: core modules imported, unused",
+      shape: "probe: core modules (TS sources) imported, unused",
       script: {
         ...direct,
         load: `Promise.all(${
           JSON.stringify(
-            ["core/pool_core", "shapes/command", "shapes/subprocess"].map((name) => entry(host, name, from)),
+            ["core/pool_core", "shapes/command", "shapes/subprocess"].map((name) => sourceModule(name, from)),
           )
         }.map((url) => import(url))).then(() => ${direct.load})`,
       },

@@ -48,12 +48,14 @@ function installPinned() {
  * modules loaded on demand (a worker's channel, the loop run in the host) in chunks of their own; the worker
  * (`dist/worker/main.js`) and the agent's command line (`dist/remote/cli.js`) are bundles of their own. Every file that
  * holds `adapters/runtime.ts` sits one directory below dist/, where it finds `../worker/main.js` and `../native/`.
+ * With `into`, the same build goes into that directory instead, without the native worker (the JSR package,
+ * tools/stage.mjs), and the checkout's dist/ is left alone.
  */
-export function buildDist() {
+export function buildDist(into) {
   ensureInstalled();
-  const dist = join(root, "dist");
+  const dist = into ?? join(root, "dist");
   rmSync(dist, { recursive: true, force: true });
-  execFileSync(join(bin, "tsc"), ["-p", "tsconfig.build.json", "--emitDeclarationOnly"], {
+  execFileSync(join(bin, "tsc"), ["-p", "tsconfig.build.json", "--emitDeclarationOnly", "--outDir", dist], {
     cwd: root,
     stdio: "inherit",
   });
@@ -66,7 +68,7 @@ export function buildDist() {
   bundle(["mod.ts", "node.ts"], dist, ["--splitting", "--root=.", "--chunk-naming=lib/[name]-[hash].[ext]"]);
   bundle(["worker/main.ts"], join(dist, "worker"));
   bundle(["remote/cli.ts"], join(dist, "remote"));
-  copyNativeToDist();
+  if (into === undefined) copyNativeToDist();
 }
 
 /**

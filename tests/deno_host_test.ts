@@ -1,13 +1,14 @@
 /**
  * A Deno host as users run it: spawnpool imported from a remote URL (as from JSR, here a local HTTP server
- * serving this checkout, into an empty DENO_DIR), with Deno workers started from that URL, and Bun workers
+ * serving the JSR package as `node tools/stage.mjs --jsr` writes it, into an empty DENO_DIR), typed by its
+ * declarations, with Deno workers started from that URL, and Bun workers
  * refused with an error that names the npm package; a host missing a permission, whose error names the flag
  * to add; and a host whose `--allow-run` is scoped, whose commands the pool runs only where Deno would. Runs
  * `deno` as a child of any test runtime.
  */
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -19,6 +20,8 @@ import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("..", import.meta.url).href);
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-deno-host-"));
+/** The JSR package, staged as it is published (its own build: the checkout's dist/ is left alone). */
+const jsr = join(scratch, "jsr");
 
 /** Runs `deno` (from PATH) on a script and resolves with its combined output (async: this process serves it). */
 function deno(
@@ -63,12 +66,15 @@ describe("a Deno host", () => {
   const served: string[] = [];
 
   before(async () => {
+    const staged = spawnSync("node", [join(root, "tools", "stage.mjs"), "--jsr", jsr], { encoding: "utf8" });
+    assert.equal(staged.status, 0, `node tools/stage.mjs --jsr failed: ${staged.stdout}${staged.stderr}`);
     server = createServer((req, res) => {
       const path = normalize(decodeURIComponent(new URL(req.url ?? "/", "http://x").pathname));
       served.push(path);
       try {
-        const body = readFileSync(join(root, path));
-        res.writeHead(200, { "content-type": "application/typescript" });
+        const body = readFileSync(join(jsr, path));
+        const type = path.endsWith(".d.ts") ? "application/typescript" : "application/javascript";
+        res.writeHead(200, { "content-type": type });
         res.end(body);
       } catch {
         res.writeHead(404);
@@ -85,20 +91,49 @@ describe("a Deno host", () => {
     const host = new URL(origin).host;
     const { status, out } = await deno(
       [`--allow-import=${host}`, "--allow-run", "--allow-net", "--allow-read", "--allow-env"],
-      probe(`${origin}/mod.ts`),
+      probe(`${origin}/dist/mod.js`),
       { DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) },
     );
     assert.equal(out.trim(), "from a deno worker deno");
     assert.equal(status, 0);
-    assert.ok(served.includes("/worker/main.ts"), "the worker entry was fetched from the URL");
+    assert.ok(served.includes("/dist/worker/main.js"), "the worker entry was fetched from the URL");
+  });
+
+  it("imports spawnpool from a URL typed by its declarations: deno check accepts a right use and flags a wrong one", async () => {
+    const host = new URL(origin).host;
+    const check = (script: string) => {
+      const file = join(scratch, `check-${Math.random().toString(36).slice(2)}.ts`);
+      writeFileSync(file, script);
+      return new Promise<{ status: number | null; out: string }>((resolve) => {
+        const child = spawn("deno", ["check", "--quiet", "--no-config", "--no-lock", `--allow-import=${host}`, file], {
+          env: { ...process.env, NO_COLOR: "1", DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) },
+          stdio: ["ignore", "pipe", "pipe"],
+        });
+        let out = "";
+        child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
+        child.stderr.setEncoding("utf8").on("data", (s: string) => (out += s));
+        child.on("close", (status) => resolve({ status, out }));
+      });
+    };
+    const imports = `import { Command, Pool } from "${origin}/dist/mod.js";\n` +
+      `import { execFile } from "${origin}/dist/node.js";\n`;
+    const right = await check(
+      `${imports}const out = await new Command("echo").output();\nconst code: number = out.code;\n` +
+        `const pool: Pool = new Pool({ size: 1 });\nexecFile("echo", ["x"], (error, stdout) => console.log(error, stdout));\n` +
+        `console.log(code, pool);\n`,
+    );
+    assert.equal(right.status, 0, right.out);
+    const wrong = await check(`${imports}const n: number = new Command("echo");\nconsole.log(n, Pool, execFile);\n`);
+    assert.notEqual(wrong.status, 0);
+    assert.match(wrong.out, /TS2322/);
   });
 
   it("imports spawnpool from a URL: the default is Deno workers (no native binary from a URL); native ones fail naming npm", async () => {
     const host = new URL(origin).host;
     const flags = [`--allow-import=${host}`, "--allow-run", "--allow-net", "--allow-read", "--allow-env"];
     const env = { DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) };
-    assert.equal((await deno(flags, probe(`${origin}/mod.ts`, null), env)).out.trim(), "from a deno worker deno");
-    const { out } = await deno(flags, probe(`${origin}/mod.ts`, "native"), env);
+    assert.equal((await deno(flags, probe(`${origin}/dist/mod.js`, null), env)).out.trim(), "from a deno worker deno");
+    const { out } = await deno(flags, probe(`${origin}/dist/mod.js`, "native"), env);
     assert.match(out, /^ERR ERR_WORKER_START No native worker for .*npm install.*deno add npm:spawnpool.*execPath/m);
   });
 
@@ -111,7 +146,7 @@ describe("a Deno host", () => {
     const host = new URL(origin).host;
     const { out } = await deno(
       [`--allow-import=${host}`, "--allow-run", "--allow-net", "--allow-read", "--allow-env"],
-      probe(`${origin}/mod.ts`, "bun"),
+      probe(`${origin}/dist/mod.js`, "bun"),
       { DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) },
     );
     assert.match(out, /^ERR ERR_WORKER_START bun workers need spawnpool from npm .*deno add npm:spawnpool/m);

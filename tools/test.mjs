@@ -77,7 +77,8 @@ const steps = [
   },
   { name: "core is runtime-neutral (tsc, no Deno/Bun/Node types)", cmd: "tsc", args: ["-p", "tsconfig.core.json"] },
   { name: "deno doc --lint", cmd: "deno", args: ["doc", "--lint", "mod.ts", "node.ts", "worker/main.ts"] },
-  { name: "JSR publish dry run", cmd: "deno", args: ["publish", "--dry-run", "--allow-dirty"] },
+  // What JSR publishes: the bundled build staged by tools/stage.mjs, not the checkout's sources.
+  { name: "JSR publish dry run (the staged package)", cmd: "node", args: ["tools/stage.mjs", "--jsr-dry-run"] },
   {
     name: "deno test --doc (the JSDoc examples)",
     cmd: "deno",
