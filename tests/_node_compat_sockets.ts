@@ -351,6 +351,31 @@ export const socketScenarios: Scenario[] = [
     },
   },
   {
+    // The public field replaced, `stdio` left as it was, nothing read: after the exit, Node lets the child's own unread
+    // output drain (its flush goes through `stdio`), so 'close' comes, and the replacement is left alone.
+    name: "child.stdout replaced and nothing read: the child's own output drains for 'close', not the replacement",
+    run: async (cp) => {
+      const child = cp.spawn("sh", ["-c", "echo out"]);
+      const replacement = new PassThrough();
+      (child as { stdout: Readable | null }).stdout = replacement;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const close = await Promise.race([
+        new Promise((resolve) => child.on("close", resolve)),
+        new Promise((resolve) => (timer = setTimeout(() => resolve("none in 5 s"), 5000))),
+      ]);
+      clearTimeout(timer);
+      if (close === "none in 5 s") child.stdio[1]?.resume(); // let the command's output go, for the next scenario
+      return { close, replacementFlowing: replacement.readableFlowing };
+    },
+    nativeDiffers: {
+      deno: {
+        fields: ["close", "replacementFlowing"],
+        why: "Deno's node:child_process flushes the public field's stream (the replacement) and waits for its own",
+      },
+    },
+    expectPooled: (r) => assert.deepEqual(r, { close: 0, replacementFlowing: null }),
+  },
+  {
     // The child is unref'd, its stdout unref'd and ref'd again: the output being read keeps the host alive till it ends.
     name: "host: unref-output-then-ref (in a child process)",
     run: (cp) => {

@@ -94,6 +94,8 @@ export class ChildProcess extends EventEmitter {
   readonly #relayed: OutputReadable[] = [];
   /** This child's own piped outputs (its `stdout` and `stderr` as created: code may replace the public fields). */
   readonly #outputs: OutputReadable[] = [];
+  /** This child's own piped stdin, as created (code may replace the public field). */
+  #stdin: InputWritable | undefined;
   #signal: AbortSignal | undefined;
   readonly #onAbort = (): void => {
     if (this.#spawned) this.#abort(this.#signal!);
@@ -181,7 +183,7 @@ export class ChildProcess extends EventEmitter {
       // Until this command's stdin closes: what the other command's output still holds is its own to read. A
       // write after this command exited fails as the other command's own write would, not in this process.
       if (from !== undefined) from.pipe(stdin.on("error", () => {}));
-      else this.stdin = stdin;
+      else this.stdin = this.#stdin = stdin;
     }
     // This command's output goes into the other command's stdin; as in Node, it is not this child's stream.
     // 'close' waits until those bytes reached that stdin, as they are in the pipe when a command exits.
@@ -199,8 +201,7 @@ export class ChildProcess extends EventEmitter {
     const stdio: Array<Readable | Writable | null> = [this.stdin, this.stdout, this.stderr];
     for (let i = 0; i < spec.extraStdio; i++) stdio.push(null);
     this.stdio = stdio as ChildProcess["stdio"];
-    for (const stream of [this.stdout, this.stderr]) {
-      if (stream === null) continue;
+    for (const stream of this.#outputs) {
       this.#closesNeeded++;
       stream.on("close", () => this.#maybeClose());
     }
@@ -263,8 +264,7 @@ export class ChildProcess extends EventEmitter {
     this.#unrefed = true;
     if (!this.#watchingStreams) {
       this.#watchingStreams = true;
-      for (const stream of [this.stdout, this.stderr] as Array<OutputReadable | null>) {
-        if (stream === null) continue;
+      for (const stream of this.#outputs) {
         for (const event of ["pause", "resume", "end", "close"]) stream.on(event, () => this.#updateRef());
         stream.onPressure = () => this.#updateRef();
       }
@@ -273,8 +273,8 @@ export class ChildProcess extends EventEmitter {
   }
 
   #updateRef(): void {
-    const reading = ([this.stdout, this.stderr] as Array<OutputReadable | null>).some((stream) =>
-      stream !== null && stream.refed && !stream.destroyed && !stream.readableEnded &&
+    const reading = this.#outputs.some((stream) =>
+      stream.refed && !stream.destroyed && !stream.readableEnded &&
       (stream.readableFlowing === true || stream.readableLength < stream.readableHighWaterMark)
     );
     if (!this.#unrefed || reading) this.#execution?.ref();
@@ -314,7 +314,7 @@ export class ChildProcess extends EventEmitter {
     this.signalCode = signal as NodeJS.Signals | null;
     if (reason === "timeout") this.killed = true;
     // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
-    this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
+    this.#stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
     // Nor has an output's write side a reader now (a write into a pipe fails once the command has let go of it).
     for (const output of this.#outputs) output.hangUp();
     this.emit("exit", this.exitCode, this.signalCode);
@@ -341,9 +341,8 @@ export class ChildProcess extends EventEmitter {
     }
     // Nothing ran (or its worker is gone): the streams close without waiting for a reader, and their
     // 'close' events lead to the child's.
-    this.stdin?.destroy();
-    this.stdout?.destroy();
-    this.stderr?.destroy();
+    this.#stdin?.destroy();
+    for (const output of this.#outputs) output.destroy();
     for (const output of this.#relayed) output.destroy();
     this.emit("error", reported);
     if (!afterExit) this.#maybeClose();
@@ -368,17 +367,14 @@ export class ChildProcess extends EventEmitter {
    */
   #maybeFlush(): void {
     if (!this.#exitDelivered || this.#flushScheduled) return;
-    const outputs = [this.stdout, this.stderr] as Array<OutputReadable | null>;
-    if (!outputs.every((stream) => stream === null || stream.destroyed || this.#outputsEnded.has(stream))) return;
+    if (!this.#outputs.every((stream) => stream.destroyed || this.#outputsEnded.has(stream))) return;
     this.#flushScheduled = true;
     setImmediate(() => this.#flushStdio());
   }
 
   /** After exit, lets output nobody is reading (or that was paused) drain, so `'close'` can follow, as Node does. */
   #flushStdio(): void {
-    for (const stream of [this.stdout, this.stderr]) {
-      if (stream !== null && stream.readable) stream.resume();
-    }
+    for (const stream of this.#outputs) if (stream.readable) stream.resume();
   }
 
   #maybeClose(): void {
