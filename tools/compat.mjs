@@ -192,12 +192,14 @@ const RUNNERS = {
     const count = (what) => Number(output.match(new RegExp(`^ℹ ${what} (\\d+)`, "m"))?.[1] ?? NaN);
     const failing = output.split("✖ failing tests:")[1] ?? "";
     const failed = [...failing.matchAll(/^\s*✖ (.+?) \([\d.]+ms\)$/gm)].map((m) => m[1]);
-    return { tests: count("tests"), pass: count("pass"), fail: count("fail"), failed };
+    const passed = [...output.matchAll(/^\s*✔ (.+?) \([\d.]+ms\)$/gm)].map((m) => m[1]);
+    return { tests: count("tests"), pass: count("pass"), fail: count("fail"), failed, passed };
   },
   ava: (output) => {
     const count = (what) => Number(output.match(new RegExp(`^# ${what} (\\d+)`, "m"))?.[1] ?? NaN);
     const failed = [...output.matchAll(/^not ok \d+ - (.+?)(?: # .*)?$/gm)].map((m) => m[1]);
-    return { tests: count("tests"), pass: count("pass"), fail: count("fail"), failed };
+    const passed = [...output.matchAll(/^ok \d+ - (.+?)(?: # .*)?$/gm)].map((m) => m[1]);
+    return { tests: count("tests"), pass: count("pass"), fail: count("fail"), failed, passed };
   },
 };
 
@@ -346,8 +348,9 @@ function compareClient(name) {
     const native = runClient(prepared, "native");
     const dropIn = runClient(prepared, "drop-in");
     const only = dropIn.failed.filter((test) => !native.failed.includes(test));
-    // The tests that pass natively, less the excluded ones among them; of those, the ones that fail with the drop-in.
-    const applicable = native.pass - Object.keys(excluded).filter((test) => !native.failed.includes(test)).length;
+    // The tests that pass natively, less the excluded ones among them (as the runner reported them: a name that did not
+    // run is not subtracted); of those, the ones that fail with the drop-in.
+    const applicable = native.pass - Object.keys(excluded).filter((test) => native.passed.includes(test)).length;
     const lost = only.filter((test) => !(test in excluded)).length;
     const row = `| ${run} | ${native.pass}/${native.tests} | ${dropIn.pass}/${dropIn.tests} | ${
       only.map((test) => test in excluded ? `${test} (excluded)` : test).join("; ") || "none"

@@ -13,13 +13,22 @@
 import { spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { isAbsolute, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { workerDependencies } from "../support/build_native.mjs";
 import { bin, buildDist, buildPackages, root } from "../support/setup.mjs";
 
+/** Refuses a destination that emptying would take the checkout with: the checkout itself or a folder above it. */
+function checkDest(dest) {
+  const rel = relative(resolve(dest), root);
+  if (rel === "" || (!rel.startsWith("..") && !isAbsolute(rel))) {
+    throw new Error(`${dest}: the staged package goes into a folder of its own, not the checkout or one above it`);
+  }
+}
+
 /** Writes the publishable package into `dest` from what `npm run build` built; returns its package.json. */
 export function stage(dest) {
+  checkDest(dest);
   const main = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
   rmSync(dest, { recursive: true, force: true });
   mkdirSync(dest, { recursive: true });
@@ -44,6 +53,7 @@ const JSR_ENTRIES = {
 
 /** Writes the JSR package into `dest` (see the top of this file); returns its deno.json. */
 export function stageJsr(dest) {
+  checkDest(dest);
   const source = JSON.parse(readFileSync(join(root, "deno.json"), "utf8"));
   rmSync(dest, { recursive: true, force: true });
   buildDist(join(dest, "dist"));
@@ -70,7 +80,11 @@ export function stageJsr(dest) {
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const [arg, dir] = process.argv.slice(2);
-  if (arg === "--jsr" && dir !== undefined) {
+  if (arg === "--jsr" && dir === undefined) {
+    console.error("Usage: node tools/stage.mjs --jsr <dir>");
+    process.exit(2);
+  }
+  if (arg === "--jsr") {
     const published = stageJsr(resolve(dir));
     console.log(`Staged ${published.name}@${published.version} for JSR in ${resolve(dir)}: \`deno publish\` there`);
     process.exit(0);
@@ -89,7 +103,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     }
     process.exit();
   }
-  if (arg === "--refuse" || arg === undefined) {
+  if (arg === "--refuse" || arg === undefined || arg.startsWith("--")) {
     console.error(
       "Publish the staged package, not the checkout: `node tools/stage.mjs <dir>`, then `npm publish` each " +
         "dist/npm/worker-* and `npm publish <dir>`",

@@ -5,6 +5,7 @@
  */
 
 import { EventEmitter } from "node:events";
+import { setImmediate } from "node:timers";
 import type { Readable, Writable } from "node:stream";
 import { SpawnError } from "../../core/errors.ts";
 import { Execution, type Scheduler } from "../../core/execution.ts";
@@ -14,9 +15,6 @@ import { buildRequest } from "../../core/options.ts";
 import { AbortError, errnoOf, nodeError, validSignal } from "./errors.ts";
 import type { PooledSpawn } from "./options.ts";
 import { epipe, InputWritable, OutputReadable } from "./streams.ts";
-
-/** The global, not an import of `node:timers`, whose namespace would load `timers/promises` too. */
-const { setImmediate } = globalThis;
 
 /** Sends a signal to a pooled command's process group, as the pool's timeout does; false once it exited. */
 export let killGroup: (child: ChildProcess, signal: string) => boolean;
@@ -94,8 +92,6 @@ export class ChildProcess extends EventEmitter {
   readonly #relayed: OutputReadable[] = [];
   /** This child's own piped outputs (its `stdout` and `stderr` as created: code may replace the public fields). */
   readonly #outputs: OutputReadable[] = [];
-  /** This child's own piped stdin, as created (code may replace the public field). */
-  #stdin: InputWritable | undefined;
   #signal: AbortSignal | undefined;
   readonly #onAbort = (): void => {
     if (this.#spawned) this.#abort(this.#signal!);
@@ -183,7 +179,7 @@ export class ChildProcess extends EventEmitter {
       // Until this command's stdin closes: what the other command's output still holds is its own to read. A
       // write after this command exited fails as the other command's own write would, not in this process.
       if (from !== undefined) from.pipe(stdin.on("error", () => {}));
-      else this.stdin = this.#stdin = stdin;
+      else this.stdin = stdin;
     }
     // This command's output goes into the other command's stdin; as in Node, it is not this child's stream.
     // 'close' waits until those bytes reached that stdin, as they are in the pipe when a command exits.
@@ -314,7 +310,7 @@ export class ChildProcess extends EventEmitter {
     this.signalCode = signal as NodeJS.Signals | null;
     if (reason === "timeout") this.killed = true;
     // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
-    this.#stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
+    this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);
     // Nor has an output's write side a reader now (a write into a pipe fails once the command has let go of it).
     for (const output of this.#outputs) output.hangUp();
     this.emit("exit", this.exitCode, this.signalCode);
@@ -341,7 +337,7 @@ export class ChildProcess extends EventEmitter {
     }
     // Nothing ran (or its worker is gone): the streams close without waiting for a reader, and their
     // 'close' events lead to the child's.
-    this.#stdin?.destroy();
+    this.stdin?.destroy();
     for (const output of this.#outputs) output.destroy();
     for (const output of this.#relayed) output.destroy();
     this.emit("error", reported);

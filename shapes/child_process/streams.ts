@@ -7,16 +7,11 @@
  */
 
 import { Buffer } from "node:buffer";
+import { Socket } from "node:net";
 import type { Readable, Writable } from "node:stream";
+import { setImmediate } from "node:timers";
 import { CreditBatch, type OutputControls } from "../../core/output_stream.ts";
 import { errnoOf } from "./errors.ts";
-
-// `net.Socket` and `setImmediate` without an ES module import of `node:net` / `node:timers`: Node builds such an import's
-// namespace from every export, and their lazy ones load more modules (`timers/promises`, `net`'s BlockList).
-const runtime = (globalThis as unknown as { process: NodeJS.Process }).process;
-const Socket: typeof import("node:net").Socket =
-  (runtime.getBuiltinModule("node:net") as typeof import("node:net")).Socket;
-const { setImmediate } = globalThis;
 
 /** Streams destroyed in this turn of the event loop, whose 'close' is still to come. */
 const closing: Array<{ stream: Readable | Writable; hadError: boolean }> = [];
