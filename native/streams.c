@@ -46,6 +46,44 @@ void close_stream(struct job *job, int fd, bool tell) {
   finish(job);
 }
 
+/* Whether the command is asleep waiting for room in a socket it writes to (Linux; false where that cannot be read). */
+static bool blocked_in_send(pid_t pid) {
+  char path[40], wchan[64];
+  snprintf(path, sizeof path, "/proc/%d/wchan", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, wchan, sizeof wchan - 1);
+  close(fd);
+  if (n <= 0) return false;
+  wchan[n] = '\0';
+  return strcmp(wchan, "sock_alloc_send_pskb") == 0 || strcmp(wchan, "sock_wait_for_wmem") == 0 ||
+         strcmp(wchan, "unix_stream_sendmsg") == 0;
+}
+
+/*
+ * Whether the command is asleep waiting for input, a timer or a child (Linux's /proc/<pid>/wchan: a read of a pipe or a
+ * socket, a poll, a sleep, a wait): it is not writing now. False for anything else, and where that cannot be read.
+ */
+static bool waiting_not_writing(pid_t pid) {
+  static const char *const waits[] = {
+      "unix_stream_read", "unix_stream_data_wait", "anon_pipe_read", "pipe_read",  "do_epoll_wait", "ep_poll",
+      "do_select",        "core_sys_select",       "do_sys_poll",    "do_nanosleep", "hrtimer_nanosleep",
+      "sigsuspend",       "do_wait",               "kernel_wait4",
+  };
+  char path[40], wchan[64];
+  snprintf(path, sizeof path, "/proc/%d/wchan", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, wchan, sizeof wchan - 1);
+  close(fd);
+  if (n <= 0) return false;
+  wchan[n] = '\0';
+  for (size_t i = 0; i < sizeof waits / sizeof waits[0]; i++) {
+    if (strncmp(wchan, waits[i], strlen(waits[i])) == 0) return true;
+  }
+  return false;
+}
+
 /*
  * The host let a stream go (its reader destroyed it). A pipe is closed at once. A socket is no longer read, and is
  * closed once its writer is blocked on it (nothing written for LINGER_STILL_US, and the command asleep in a socket
@@ -56,10 +94,18 @@ void close_stream(struct job *job, int fd, bool tell) {
  * this worker reads ahead by the host's window, so at a release it has often emptied the socket, and a writer then
  * meets EPIPE and dies of SIGPIPE. Letting it fill the socket first gives it Node's ending. Stillness alone is not
  * proof: on a busy machine a writer can go unscheduled for a millisecond with room left in the socket.
+ * A command asleep waiting for its input, a timer or a child is not writing: its socket is emptied and closed at once,
+ * so its next write fails with EPIPE, as after Node's reader destroyed a stream it kept reading.
  */
 void release_stream(struct job *job, int fd) {
   struct watch *w = &job->w_out[fd];
   if (!job->sockets || job->exited || w->fd < 0) {
+    close_stream(job, fd, false);
+    return;
+  }
+  if (waiting_not_writing(job->pid)) {
+    static uint8_t discard[OUTPUT_READ_BYTES];
+    for (int i = 0; i < 16 && read(w->fd, discard, sizeof discard) > 0; i++) {}
     close_stream(job, fd, false);
     return;
   }
@@ -73,20 +119,6 @@ void release_stream(struct job *job, int fd) {
   job->linger_at = now + LINGER_STILL_US;
   job->linger_until = now + LINGER_MAX_US;
   finish(job); /* a job that ends now closes the socket with the rest (bury) */
-}
-
-/* Whether the command is asleep waiting for room in a socket it writes to (Linux; false where that cannot be read). */
-static bool blocked_in_send(pid_t pid) {
-  char path[40], wchan[64];
-  snprintf(path, sizeof path, "/proc/%d/wchan", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  ssize_t n = read(fd, wchan, sizeof wchan - 1);
-  close(fd);
-  if (n <= 0) return false;
-  wchan[n] = '\0';
-  return strcmp(wchan, "sock_alloc_send_pskb") == 0 || strcmp(wchan, "sock_wait_for_wmem") == 0 ||
-         strcmp(wchan, "unix_stream_sendmsg") == 0;
 }
 
 /* Closes each lingering socket whose writer has stopped (see release_stream); the timer runs while one is left. */

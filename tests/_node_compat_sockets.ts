@@ -351,6 +351,25 @@ export const socketScenarios: Scenario[] = [
     },
   },
   {
+    // Node closes a destroyed stdout at once: a command that writes after that (here once it has its input) fails with
+    // EPIPE, and sh dies of SIGPIPE. A worker must not keep the socket open for it (execa's wait-epipe tests).
+    name: "stdout destroyed while the command waits for its input: its next write fails",
+    run: async (cp) => {
+      const child = cp.spawn("sh", ["-c", "echo ready >&2; read line; echo out; echo after >&2"]);
+      let stderr = "";
+      child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+      const closed = new Promise<[number | null, string | null]>((resolve) =>
+        child.on("close", (code, signal) => resolve([code, signal]))
+      );
+      while (!stderr.includes("ready")) await new Promise((resolve) => setTimeout(resolve, 5));
+      await new Promise((resolve) => setTimeout(resolve, 50)); // sh is asleep in its read by now
+      child.stdout!.destroy();
+      child.stdin!.end("input\n");
+      const [code, signal] = await within20s(closed, "sh");
+      return { code, signal, stderr };
+    },
+  },
+  {
     // The public field replaced, `stdio` left as it was, nothing read: after the exit, Node lets the child's own unread
     // output drain (its flush goes through `stdio`), so 'close' comes, and the replacement is left alone.
     name: "child.stdout replaced and nothing read: the child's own output drains for 'close', not the replacement",

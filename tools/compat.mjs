@@ -210,7 +210,7 @@ const NOT_A_POOL = {
   internals: "Node's internal ChildProcess patched under --expose-internals: pooled children do not go through it",
   handle: "a child's stdout given to another child as its fd, checked through child.stdout._handle: no libuv handle",
   order: "two commands started in one turn, the first one's output expected first: a race that Node wins by " +
-    "forking the first before starting the second, and loses now and then too (bench/output_order.mjs)",
+    "forking the first before starting the second, and loses now and then too (bench/output_order.ts)",
 };
 
 /**
@@ -338,7 +338,9 @@ function compareClient(name) {
     "",
     "Excluded from the last column (the runner still runs them):",
     "",
-    ...Object.entries(excluded).map(([test, why]) => `- ${test}: ${why}`),
+    ...(Object.keys(excluded).length === 0
+      ? ["none"]
+      : Object.entries(excluded).map(([test, why]) => `- ${test}: ${why}`)),
     "",
     "| run | native pass/tests | drop-in pass/tests | fail with the drop-in only | " +
     "passing natively and not excluded: drop-in passes |",
