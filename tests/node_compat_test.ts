@@ -14,6 +14,7 @@ import { describe, it } from "node:test";
 import { HOST } from "./_helpers.ts";
 import {
   EVERY_SCENARIO_DIFFERS,
+  IN_HOST,
   inScenarioPool,
   isObject,
   MODULES,
@@ -50,6 +51,7 @@ describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
       const fields = [
         ...differs?.fields ?? [],
         ...scenario.poolDiffers?.fields ?? [],
+        ...(IN_HOST ? scenario.inHostDiffers?.[HOST]?.fields ?? [] : []),
         ...EVERY_SCENARIO_DIFFERS[HOST]?.fields ?? [],
       ];
       if (isObject(results.pooled) && "connected" in results.pooled && !scenario.runsNatively) {
