@@ -46,8 +46,11 @@ void close_stream(struct job *job, int fd, bool tell) {
   finish(job);
 }
 
-/* Whether the command is asleep waiting for room in a socket it writes to (Linux; false where that cannot be read). */
-static bool blocked_in_send(pid_t pid) {
+/*
+ * Whether the command is asleep in a kernel function whose name starts with one of `names` (Linux's /proc/<pid>/wchan;
+ * false where that cannot be read).
+ */
+static bool asleep_in(pid_t pid, const char *const *names, size_t count) {
   char path[40], wchan[64];
   snprintf(path, sizeof path, "/proc/%d/wchan", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -56,32 +59,26 @@ static bool blocked_in_send(pid_t pid) {
   close(fd);
   if (n <= 0) return false;
   wchan[n] = '\0';
-  return strcmp(wchan, "sock_alloc_send_pskb") == 0 || strcmp(wchan, "sock_wait_for_wmem") == 0 ||
-         strcmp(wchan, "unix_stream_sendmsg") == 0;
+  for (size_t i = 0; i < count; i++) {
+    if (strncmp(wchan, names[i], strlen(names[i])) == 0) return true;
+  }
+  return false;
 }
 
-/*
- * Whether the command is asleep waiting for input, a timer or a child (Linux's /proc/<pid>/wchan: a read of a pipe or a
- * socket, a poll, a sleep, a wait): it is not writing now. False for anything else, and where that cannot be read.
- */
+/* Whether the command is asleep waiting for room in a socket it writes to. */
+static bool blocked_in_send(pid_t pid) {
+  static const char *const sends[] = {"sock_alloc_send_pskb", "sock_wait_for_wmem", "unix_stream_sendmsg"};
+  return asleep_in(pid, sends, sizeof sends / sizeof sends[0]);
+}
+
+/* Whether the command is asleep waiting for input (a pipe or socket read, a poll), a timer or a child: not writing. */
 static bool waiting_not_writing(pid_t pid) {
   static const char *const waits[] = {
       "unix_stream_read", "unix_stream_data_wait", "anon_pipe_read", "pipe_read",  "do_epoll_wait", "ep_poll",
       "do_select",        "core_sys_select",       "do_sys_poll",    "do_nanosleep", "hrtimer_nanosleep",
       "sigsuspend",       "do_wait",               "kernel_wait4",
   };
-  char path[40], wchan[64];
-  snprintf(path, sizeof path, "/proc/%d/wchan", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  ssize_t n = read(fd, wchan, sizeof wchan - 1);
-  close(fd);
-  if (n <= 0) return false;
-  wchan[n] = '\0';
-  for (size_t i = 0; i < sizeof waits / sizeof waits[0]; i++) {
-    if (strncmp(wchan, waits[i], strlen(waits[i])) == 0) return true;
-  }
-  return false;
+  return asleep_in(pid, waits, sizeof waits / sizeof waits[0]);
 }
 
 /*
