@@ -260,8 +260,11 @@ export interface Scenario {
   runsNatively?: boolean;
   /** Fields where the pool departs from Node on purpose, with the reason; not compared on any runtime. */
   poolDiffers?: { fields: string[]; why: string };
-  /** Fields where commands run in the host (`startInHost`) depart from Node on that host runtime, with the reason. */
-  inHostDiffers?: Partial<Record<RuntimeName, { fields: string[]; why: string }>>;
+  /**
+   * Fields where the pool departs from Node depending on the runtime that spawns the commands (the workers', or the
+   * host's when the commands run in the host), with the reason.
+   */
+  spawnerDiffers?: Partial<Record<string, { fields: string[]; why: string }>>;
   /** Maps a result before comparing, for outcomes that legitimately vary between runs. */
   normalize?: (result: Record<string, unknown>) => Record<string, unknown>;
   /** Extra checks of the pooled result (Node's behaviour where a runtime's native differs). */

@@ -13,6 +13,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { HOST } from "./_helpers.ts";
 import {
+  COMPAT_WORKERS,
   EVERY_SCENARIO_DIFFERS,
   IN_HOST,
   inScenarioPool,
@@ -51,7 +52,7 @@ describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
       const fields = [
         ...differs?.fields ?? [],
         ...scenario.poolDiffers?.fields ?? [],
-        ...(IN_HOST ? scenario.inHostDiffers?.[HOST]?.fields ?? [] : []),
+        ...scenario.spawnerDiffers?.[IN_HOST ? HOST : COMPAT_WORKERS ?? HOST]?.fields ?? [],
         ...EVERY_SCENARIO_DIFFERS[HOST]?.fields ?? [],
       ];
       if (isObject(results.pooled) && "connected" in results.pooled && !scenario.runsNatively) {
