@@ -53,6 +53,7 @@ describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
         ...differs?.fields ?? [],
         ...scenario.poolDiffers?.fields ?? [],
         ...scenario.spawnerDiffers?.[IN_HOST ? HOST : COMPAT_WORKERS ?? HOST]?.fields ?? [],
+        ...scenario.spawnerDiffers?.[HOST]?.fields ?? [],
         ...EVERY_SCENARIO_DIFFERS[HOST]?.fields ?? [],
       ];
       if (isObject(results.pooled) && "connected" in results.pooled && !scenario.runsNatively) {
