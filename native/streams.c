@@ -46,6 +46,9 @@ void close_stream(struct job *job, int fd, bool tell) {
   finish(job);
 }
 
+/* One read's worth of output that is not kept where it lands: a buffered command's first read, a released socket's rest. */
+static uint8_t scratch[OUTPUT_READ_BYTES];
+
 /*
  * Whether the command is asleep in a kernel function whose name starts with one of `names` (Linux's /proc/<pid>/wchan;
  * false where that cannot be read).
@@ -101,8 +104,7 @@ void release_stream(struct job *job, int fd) {
     return;
   }
   if (waiting_not_writing(job->pid)) {
-    static uint8_t discard[OUTPUT_READ_BYTES];
-    for (int i = 0; i < 16 && read(w->fd, discard, sizeof discard) > 0; i++) {}
+    for (int i = 0; i < 16 && read(w->fd, scratch, sizeof scratch) > 0; i++) {}
     close_stream(job, fd, false);
     return;
   }
@@ -159,7 +161,6 @@ static void flush_collected(struct job *job) {
  * Past maxBuffer, the command is stopped and the read is not kept.
  */
 static ssize_t collect(struct job *job, int fd) {
-  static uint8_t scratch[OUTPUT_READ_BYTES];
   if (job->collected_bytes + OUTPUT_READ_BYTES > MAX_CHUNK_BYTES) flush_collected(job);
   struct buf *b = &job->collected[fd];
   bool first = b->cap == 0;

@@ -18,6 +18,9 @@ import { fileURLToPath } from "node:url";
 import { workerDependencies } from "../support/build_native.mjs";
 import { bin, buildDist, buildPackages, root } from "../support/setup.mjs";
 
+/** What both packages carry beside their code. */
+const PACKAGE_DOCS = ["README.md", "CHANGELOG.md", "LICENSE"];
+
 /** Refuses a destination that emptying would take the checkout with: the checkout itself or a folder above it. */
 function checkDest(dest) {
   const rel = relative(resolve(dest), root);
@@ -36,7 +39,7 @@ export function stage(dest) {
     recursive: true,
     filter: (path) => !/[/\\]dist[/\\](native|npm)([/\\]|$)/.test(path),
   });
-  for (const file of ["README.md", "CHANGELOG.md", "LICENSE"]) cpSync(join(root, file), join(dest, file));
+  for (const file of PACKAGE_DOCS) cpSync(join(root, file), join(dest, file));
   const { scripts: _scripts, devDependencies: _devDependencies, ...published } = main;
   published.optionalDependencies = workerDependencies(main.version);
   writeFileSync(join(dest, "package.json"), `${JSON.stringify(published, null, 2)}\n`);
@@ -72,7 +75,7 @@ export function stageJsr(dest) {
     const text = readFileSync(file, "utf8");
     writeFileSync(file, text.replace(/(["'])(\.{1,2}\/[^"']*?)(?<!\.d)\.ts\1/g, "$1$2.d.ts$1"));
   }
-  for (const file of ["README.md", "CHANGELOG.md", "LICENSE"]) cpSync(join(root, file), join(dest, file));
+  for (const file of PACKAGE_DOCS) cpSync(join(root, file), join(dest, file));
   const published = { name: source.name, version: source.version, license: source.license, exports: JSR_ENTRIES };
   writeFileSync(join(dest, "deno.json"), `${JSON.stringify(published, null, 2)}\n`);
   return published;
