@@ -100,6 +100,11 @@ static void run_timers(void) {
     if (job->linger_at && now >= job->linger_at) check_lingering(job);
     if (job->grace_at && now >= job->grace_at) {
       job->grace_at = 0;
+      /* Output that came after this turn's poll is read by the next one, which arms the grace again. */
+      if (output_waiting(job)) {
+        arm_grace(job);
+        continue;
+      }
       for (int fd = 1; fd <= 2; fd++) {
         if (job->open[fd]) close_stream(job, fd, !job->buffered);
       }
@@ -121,6 +126,28 @@ static int next_timeout_ms(void) {
   if (wait < 0) return 0;
   return wait > INT_MAX ? INT_MAX : (int)wait;
 }
+
+#ifdef SPAWNPOOL_TEST_HOOKS
+/*
+ * Tests only (the sanitized build): with SPAWNPOOL_TEST_STALL_MS set, the loop is held that long, once, between the
+ * first poll after which a grace runs and the timers, as a worker left off the CPU there would be.
+ */
+static void test_stall(void) {
+  static int stall_ms = -1;
+  if (stall_ms < 0) {
+    const char *value = getenv("SPAWNPOOL_TEST_STALL_MS");
+    stall_ms = value != NULL ? atoi(value) : 0;
+  }
+  if (stall_ms <= 0) return;
+  for (struct job *job = live; job != NULL; job = job->next) {
+    if (job->grace_at) {
+      usleep((useconds_t)stall_ms * 1000);
+      stall_ms = 0;
+      return;
+    }
+  }
+}
+#endif
 
 static void dispatch(struct watch *w, bool readable, bool writable) {
   if (w->fd < 0) return; /* closed earlier in this turn */
@@ -201,6 +228,9 @@ void loop(void) {
       if (e == 0) continue;
       dispatch(watches[i], (e & (POLLIN | POLLHUP | POLLERR)) != 0, (e & (POLLOUT | POLLERR | POLLHUP)) != 0);
     }
+#endif
+#ifdef SPAWNPOOL_TEST_HOOKS
+    test_stall();
 #endif
     run_timers();
   }

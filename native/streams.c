@@ -156,9 +156,25 @@ static void flush_collected(struct job *job) {
 }
 
 /*
+ * Past maxBuffer: the request ends with that reason whenever the limit is passed. A command still running is stopped
+ * (its group killed, and what it writes until it is gone is not kept); after its exit (a background job of its wrote
+ * the rest) its streams are closed, as Node's execFile destroys them, so that the job ends now.
+ */
+static void passed_max_buffer(struct job *job) {
+  if (!job->exited) {
+    stop_for(job, "maxBuffer", SIGKILL);
+    return;
+  }
+  if (job->reason == NULL) job->reason = "maxBuffer";
+  for (int fd = 1; fd <= 2; fd++) {
+    if (job->open[fd]) close_stream(job, fd, false);
+  }
+}
+
+/*
  * Reads a buffered command's output into its collected buffer, kept in pieces of at most MAX_CHUNK_BYTES (sent ahead
  * before a read could pass it): the first read through a scratch buffer, the next ones straight in (buf_reserve_output).
- * Past maxBuffer, the command is stopped and the read is not kept.
+ * Past maxBuffer, the read is not kept (passed_max_buffer).
  */
 static ssize_t collect(struct job *job, int fd) {
   if (job->collected_bytes + OUTPUT_READ_BYTES > MAX_CHUNK_BYTES) flush_collected(job);
@@ -169,7 +185,7 @@ static ssize_t collect(struct job *job, int fd) {
   if (n <= 0) return n;
   job->total_bytes += (double)n;
   if (job->has_max_buffer && job->total_bytes > job->max_buffer) {
-    stop_for(job, "maxBuffer", SIGKILL);
+    passed_max_buffer(job);
     return n;
   }
   if (first) buf_put(b, scratch, (size_t)n);
@@ -188,6 +204,20 @@ void update_pause(struct job *job, int fd) {
   job->paused[fd] = full;
   watch_set(&job->w_out[fd], full ? 0 : WANT_IN);
   if (!full) arm_grace(job);
+}
+
+/*
+ * Whether output waits unread in a stream of the job's (what a grace that ran out must not lose: the loop may have
+ * been held off the CPU between its poll and its timers while a grandchild wrote).
+ */
+bool output_waiting(struct job *job) {
+  for (int fd = 1; fd <= 2; fd++) {
+    int waiting = 0;
+    if (job->open[fd] && job->w_out[fd].fd >= 0 && ioctl(job->w_out[fd].fd, FIONREAD, &waiting) == 0 && waiting > 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void read_output(struct job *job, int fd) {

@@ -224,6 +224,7 @@ void release_stream(struct job *job, int fd);
 void check_lingering(struct job *job);
 void update_pause(struct job *job, int fd);
 void read_output(struct job *job, int fd);
+bool output_waiting(struct job *job);
 void drain_stdin(struct job *job);
 void queue_stdin(struct job *job, uint8_t *data, size_t len);
 

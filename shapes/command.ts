@@ -88,9 +88,13 @@ function toStatus(info: ExitInfo, command: string): CommandStatus {
     throw new SpawnPoolError("ERR_TIMEOUT", `Command "${command}" timed out and was killed`, { command });
   }
   if (info.reason === "maxBuffer") {
-    throw new SpawnPoolError("ERR_MAX_BUFFER", `Command "${command}" exceeded maxBuffer and was killed`, {
-      command,
-    });
+    throw new SpawnPoolError(
+      "ERR_MAX_BUFFER",
+      `Command "${command}" exceeded maxBuffer (and was killed if it still ran)`,
+      {
+        command,
+      },
+    );
   }
   const code = exitStatusCode(info);
   return { success: code === 0 && info.signal === null, code, signal: info.signal };

@@ -36,7 +36,15 @@ const variants = [
   { path: NATIVE_WORKER_POLL, flags: ["-O2", "-DSPAWNPOOL_FORCE_POLL"] },
   {
     path: NATIVE_WORKER_ASAN,
-    flags: ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"],
+    // With the tests' hooks (SPAWNPOOL_TEST_HOOKS: native/event_loop.c), which the release builds leave out.
+    flags: [
+      "-O1",
+      "-g",
+      "-fsanitize=address,undefined",
+      "-fno-sanitize-recover=all",
+      "-fno-omit-frame-pointer",
+      "-DSPAWNPOOL_TEST_HOOKS",
+    ],
   },
 ];
 

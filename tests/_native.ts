@@ -57,13 +57,19 @@ export interface Worker {
   kill(): void;
 }
 
-/** Starts `command` (the sanitized worker, or a wrapper that execs a worker) as a worker of this test's. */
-export async function startWorker(command: string[] = [ASAN_WORKER]): Promise<Worker> {
+/**
+ * Starts `command` (the sanitized worker, or a wrapper that execs a worker) as a worker of this test's, with `env`
+ * added to its environment.
+ */
+export async function startWorker(
+  command: string[] = [ASAN_WORKER],
+  env: Record<string, string> = {},
+): Promise<Worker> {
   assert.ok(existsSync(ASAN_WORKER), `${ASAN_WORKER} exists (npm run build:native)`);
   const pending = await listenForWorker();
   const child = nodeSpawn(command[0], command.slice(1), {
     stdio: ["pipe", "ignore", "pipe"],
-    env: { ...process.env, ...SANITIZER_ENV, SPAWNPOOL_CHANNEL: "unix" },
+    env: { ...process.env, ...SANITIZER_ENV, ...env, SPAWNPOOL_CHANNEL: "unix" },
   });
   let stderr = "";
   child.stderr!.setEncoding("utf8").on("data", (s: string) => (stderr += s));
@@ -116,8 +122,9 @@ export async function withWorker(
   what: string,
   command: string[] | undefined,
   body: (worker: Worker) => Promise<void> | void,
+  env?: Record<string, string>,
 ) {
-  const worker = await startWorker(command);
+  const worker = await startWorker(command, env);
   try {
     await body(worker);
     worker.channel.close();

@@ -259,10 +259,15 @@ class Server {
     job.grace = this.#timer(STREAM_GRACE_MS, () => {
       job.grace = this.#afterPoll(() => {
         job.grace = undefined;
-        job.child?.release();
-        for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#closeStream(job, fd);
+        this.#releaseStreams(job);
       });
     });
+  }
+
+  /** Lets go of the command's output streams that are still open: nothing more is read from them. */
+  #releaseStreams(job: Job): void {
+    job.child?.release();
+    for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#closeStream(job, fd);
   }
 
   /**
@@ -337,13 +342,27 @@ class Server {
       const piece = chunk.byteLength <= MAX_CHUNK_BYTES ? chunk : chunk.subarray(offset, offset + MAX_CHUNK_BYTES);
       job.totalBytes += piece.byteLength;
       if (maxBuffer !== undefined && job.totalBytes > maxBuffer) {
-        this.#stopFor(job, "maxBuffer", "SIGKILL");
+        this.#passedMaxBuffer(job);
         return;
       }
       if (job.collectedBytes + piece.byteLength > MAX_CHUNK_BYTES) this.#flushCollected(job);
       job.streams[fd].collected.push(piece);
       job.collectedBytes += piece.byteLength;
     }
+  }
+
+  /**
+   * Past maxBuffer the request ends with that reason whenever the limit is passed: a command still running is stopped
+   * (what it writes until it is gone is not kept); after its exit (a background job of its wrote the rest) its
+   * streams are let go, as Node's execFile destroys them, so that the request ends now.
+   */
+  #passedMaxBuffer(job: Job): void {
+    if (!job.exit) {
+      this.#stopFor(job, "maxBuffer", "SIGKILL");
+      return;
+    }
+    job.reason ??= "maxBuffer";
+    this.#releaseStreams(job);
   }
 
   #killChild(job: Job, signal: string, group: boolean): void {
