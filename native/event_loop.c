@@ -105,6 +105,8 @@ static void run_timers(void) {
         arm_grace(job);
         continue;
       }
+      /* A command the worker stopped: what still holds its streams gets the forced SIGKILL now, not never. */
+      if (job->force_at) kill_group_for_good(job);
       for (int fd = 1; fd <= 2; fd++) {
         if (job->open[fd]) close_stream(job, fd, !job->buffered);
       }

@@ -243,6 +243,32 @@ await forEachWorker(title, (pool, runtime, workers) => {
     assert.equal(proc.signalCode, "SIGKILL");
   });
 
+  it("the forced SIGKILL is not dropped when the quiet period lets go of a stream a silent grandchild holds", async () => {
+    // The shell exits on the timeout's SIGTERM; its child ignores it and holds stdout without writing, so 200 ms
+    // later the stream is let go and the request ends; the forced SIGKILL, due 5 s after the timeout, goes then.
+    const script = `(trap '' TERM; exec sleep 30) & echo "pid $!"; wait`;
+    const proc = pool.spawn(["sh", "-c", script], { timeout: 100 });
+    const reader = proc.stdout!.getReader();
+    let seen = "";
+    while (!/pid \d+\n/.test(seen)) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, `stdout ended early: ${seen}`);
+      seen += text(value!);
+    }
+    const grandchild = Number(/pid (\d+)\n/.exec(seen)![1]);
+    try {
+      while (!(await withTimeout(reader.read(), 5000, "stdout did not end")).done);
+      assert.equal(await withTimeout(proc.exited, 5000, "no exit"), 143);
+      assert.deepEqual(await survivors([grandchild], 1000), [], "the grandchild outlived the request");
+    } finally {
+      try {
+        process.kill(grandchild, "SIGKILL");
+      } catch {
+        // Gone.
+      }
+    }
+  });
+
   it("the forced SIGKILL reaches the group after the command exited: a grandchild ignoring SIGTERM holding stdout dies", async () => {
     // The shell exits on the timeout's SIGTERM; its child ignores it and keeps writing to the stdout it holds (so
     // the quiet period that would release the stream never comes) until the group's SIGKILL.

@@ -259,6 +259,8 @@ class Server {
     job.grace = this.#timer(STREAM_GRACE_MS, () => {
       job.grace = this.#afterPoll(() => {
         job.grace = undefined;
+        // A command the worker stopped: what still holds its streams gets the forced SIGKILL now, not never.
+        if (job.reason !== null) this.#killGroupForGood(job);
         this.#releaseStreams(job);
       });
     });
