@@ -19,7 +19,7 @@ export type SpawnPoolErrorCode =
   | "ERR_POOL_CLOSED"
   /** The command ran longer than its `timeout` and was killed. */
   | "ERR_TIMEOUT"
-  /** Buffered output exceeded `maxBuffer` and the command was killed. */
+  /** Buffered output exceeded `maxBuffer`; the command was killed if it still ran. */
   | "ERR_MAX_BUFFER"
   /** A worker broke the protocol; its channel was closed. */
   | "ERR_PROTOCOL"

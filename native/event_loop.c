@@ -105,11 +105,7 @@ static void run_timers(void) {
         arm_grace(job);
         continue;
       }
-      /* A command the worker stopped: what still holds its streams gets the forced SIGKILL now, not never. */
-      if (job->force_at) kill_group_for_good(job);
-      for (int fd = 1; fd <= 2; fd++) {
-        if (job->open[fd]) close_stream(job, fd, !job->buffered);
-      }
+      release_streams(job);
     }
   }
 }
@@ -131,13 +127,13 @@ static int next_timeout_ms(void) {
 
 #ifdef SPAWNPOOL_TEST_HOOKS
 /*
- * Tests only (the sanitized build): with SPAWNPOOL_TEST_STALL_MS set, the loop is held that long, once, between the
+ * Tests only (the sanitized build): with SPAWNPOOL_TEST_LOOP_STALL_MS set, the loop is held that long, once, between the
  * first poll after which a grace runs and the timers, as a worker left off the CPU there would be.
  */
 static void test_stall(void) {
   static int stall_ms = -1;
   if (stall_ms < 0) {
-    const char *value = getenv("SPAWNPOOL_TEST_STALL_MS");
+    const char *value = getenv("SPAWNPOOL_TEST_LOOP_STALL_MS");
     stall_ms = value != NULL ? atoi(value) : 0;
   }
   if (stall_ms <= 0) return;

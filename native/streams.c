@@ -46,6 +46,20 @@ void close_stream(struct job *job, int fd, bool tell) {
   finish(job);
 }
 
+/*
+ * Lets go of the job's output streams that are still open (the grace, maxBuffer after the exit). For a command the
+ * worker stopped, what still holds them gets the forced SIGKILL now rather than never (the request ends here).
+ */
+void release_streams(struct job *job) {
+  if (job->force_at) {
+    job->force_at = 0;
+    kill_group_for_good(job);
+  }
+  for (int fd = 1; fd <= 2; fd++) {
+    if (job->open[fd]) close_stream(job, fd, !job->buffered);
+  }
+}
+
 /* One read's worth of output that is not kept where it lands: a buffered command's first read, a released socket's rest. */
 static uint8_t scratch[OUTPUT_READ_BYTES];
 
@@ -166,9 +180,7 @@ static void passed_max_buffer(struct job *job) {
     return;
   }
   if (job->reason == NULL) job->reason = "maxBuffer";
-  for (int fd = 1; fd <= 2; fd++) {
-    if (job->open[fd]) close_stream(job, fd, false);
-  }
+  release_streams(job);
 }
 
 /*

@@ -220,6 +220,7 @@ void check_exit(struct job *job);
 void arm_grace(struct job *job);
 void hold_buffered_output(bool hold);
 void close_stream(struct job *job, int fd, bool tell);
+void release_streams(struct job *job);
 void release_stream(struct job *job, int fd);
 void check_lingering(struct job *job);
 void update_pause(struct job *job, int fd);

@@ -124,15 +124,15 @@ await forEachWorker(title, (pool, runtime, workers) => {
   });
 
   it("maxBuffer: output past the limit after the command exited (its background job's) still rejects", async () => {
-    // sh exits at once; the job it left writes 2000 bytes 0.1 s later, within the grace, on the stdout it holds. The
+    // sh exits at once; the job it left writes 2000 bytes 50 ms later, within the grace, on the stdout it holds. The
     // output is not cut short silently: output() rejects as for a command that is still running.
     await assert.rejects(
-      pool.command("sh", { args: ["-c", "(sleep 0.1; head -c 2000 /dev/zero) & exit 0"], maxBuffer: 1000 }).output(),
+      pool.command("sh", { args: ["-c", "(sleep 0.05; head -c 2000 /dev/zero) & exit 0"], maxBuffer: 1000 }).output(),
       (e: unknown) => e instanceof SpawnPoolError && e.code === "ERR_MAX_BUFFER",
     );
     // Under the limit, the late output is all there.
     const under = await pool.command("sh", {
-      args: ["-c", "(sleep 0.1; head -c 900 /dev/zero) & exit 0"],
+      args: ["-c", "(sleep 0.05; head -c 900 /dev/zero) & exit 0"],
       maxBuffer: 1000,
     })
       .output();

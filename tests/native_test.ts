@@ -231,7 +231,7 @@ int main(int argc, char **argv) {
   });
   it("output that came while the loop was held past a grace's end is read, not dropped with the stream", async () => {
     // The command exits at once; its background job writes 0.12 s later, within the 200 ms grace. The test hook
-    // (SPAWNPOOL_TEST_STALL_MS, in the sanitized build only) holds the loop 250 ms after the poll that armed the
+    // (SPAWNPOOL_TEST_LOOP_STALL_MS, in the sanitized build only) holds the loop 1 s after the poll that armed the
     // grace, so that the write lands while the loop is held and the grace is past its end when the timers run: a
     // worker left off the CPU between its poll and its timers. The grace must not end a stream with output waiting.
     await withWorker("after the stalled grace", undefined, async (worker) => {
@@ -240,7 +240,7 @@ int main(int argc, char **argv) {
       const exit = (await settled(worker, [1], 10_000, "the command's exit")).get(1)!;
       assert.equal(exit.type, Frame.Exit);
       assert.equal(text(decodeExit(exit.payload).stdout), "early\nlate\n");
-    }, { SPAWNPOOL_TEST_STALL_MS: "250" });
+    }, { SPAWNPOOL_TEST_LOOP_STALL_MS: "1000" });
   });
 
   it("closing the channel kills the group of a command that exited while a grandchild holds its stdout", async () => {

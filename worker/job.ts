@@ -46,6 +46,8 @@ export class Job {
   totalBytes = 0;
   exit: { code: number | null; signal: string | null } | undefined;
   reason: StopReason = null;
+  /** Whether the forced SIGKILL of a command the worker stopped is still to come. */
+  forcePending = false;
   stdinChain: Promise<unknown> = Promise.resolve();
   timers: ReturnType<typeof setTimeout>[] = [];
   /** Cancels the quiet-period timer of {@linkcode Server}'s grace, while one is armed. */

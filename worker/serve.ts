@@ -259,15 +259,17 @@ class Server {
     job.grace = this.#timer(STREAM_GRACE_MS, () => {
       job.grace = this.#afterPoll(() => {
         job.grace = undefined;
-        // A command the worker stopped: what still holds its streams gets the forced SIGKILL now, not never.
-        if (job.reason !== null) this.#killGroupForGood(job);
         this.#releaseStreams(job);
       });
     });
   }
 
-  /** Lets go of the command's output streams that are still open: nothing more is read from them. */
+  /**
+   * Lets go of the command's output streams that are still open: nothing more is read from them. For a command the
+   * worker stopped, what still holds them gets the forced SIGKILL now rather than never (the request ends here).
+   */
   #releaseStreams(job: Job): void {
+    if (job.forcePending) this.#killGroupForGood(job);
     job.child?.release();
     for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#closeStream(job, fd);
   }
@@ -381,7 +383,9 @@ class Server {
    * grandchild in the group may hold it (a process group's id is not reused while a member lives).
    */
   #killGroupForGood(job: Job): void {
-    if (job.exit && !job.anyOpen) return;
+    job.forcePending = false;
+    // After the exit only a group of its own is left to signal: in the host, the command shares the host's group.
+    if (job.exit && (!job.anyOpen || this.#inHost)) return;
     try {
       job.child!.kill("SIGKILL", true);
     } catch {
@@ -394,6 +398,7 @@ class Server {
     if (job.exit || job.reason !== null) return;
     job.reason = reason;
     this.#killChild(job, signal, true);
+    job.forcePending = true;
     job.timers.push(setTimeout(() => this.#killGroupForGood(job), job.request.forceKillAfterDelay));
   }
 
