@@ -109,7 +109,9 @@ static bool waiting_not_writing(pid_t pid) {
  * meets EPIPE and dies of SIGPIPE. Letting it fill the socket first gives it Node's ending. Stillness alone is not
  * proof: on a busy machine a writer can go unscheduled for a millisecond with room left in the socket.
  * A command asleep waiting for its input, a timer or a child is not writing: its socket is emptied and closed at once,
- * so its next write fails with EPIPE, as after Node's reader destroyed a stream it kept reading.
+ * so its next write fails with EPIPE, as after Node's reader destroyed a stream it kept reading. So is a socket nothing
+ * was ever written to (a command still starting, its runtime loading): there is no writer to let fill it, and a
+ * linger would let its first write through once it had been still long enough.
  */
 void release_stream(struct job *job, int fd) {
   struct watch *w = &job->w_out[fd];
@@ -117,7 +119,9 @@ void release_stream(struct job *job, int fd) {
     close_stream(job, fd, false);
     return;
   }
-  if (waiting_not_writing(job->pid)) {
+  int unread = 0;
+  bool never_written = !job->wrote[fd] && ioctl(w->fd, FIONREAD, &unread) == 0 && unread == 0;
+  if (never_written || waiting_not_writing(job->pid)) {
     for (int i = 0; i < 16 && read(w->fd, scratch, sizeof scratch) > 0; i++) {}
     close_stream(job, fd, false);
     return;
@@ -195,6 +199,7 @@ static ssize_t collect(struct job *job, int fd) {
   if (!first) buf_reserve_output(b);
   ssize_t n = read(job->w_out[fd].fd, first ? scratch : b->data + b->len, OUTPUT_READ_BYTES);
   if (n <= 0) return n;
+  job->wrote[fd] = true;
   job->total_bytes += (double)n;
   if (job->has_max_buffer && job->total_bytes > job->max_buffer) {
     passed_max_buffer(job);
@@ -248,6 +253,7 @@ void read_output(struct job *job, int fd) {
     uint8_t *p = frame_begin(max);
     n = read(w->fd, p, max);
     if (n > 0) {
+      job->wrote[fd] = true;
       frame_end(fd == 1 ? F_STDOUT : F_STDERR, job->id, (size_t)n);
       job->unacked[fd] += (double)n;
       update_pause(job, fd);

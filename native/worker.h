@@ -133,6 +133,7 @@ struct job {
   struct watch w_stdin, w_out[3], w_exit;
   bool open[3], paused[3];
   bool lingering[3];   /* released by the host, not yet closed: see release_stream() */
+  bool wrote[3];       /* whether anything was read from the stream yet */
   int linger_unread[3]; /* bytes unread at the last look */
   int64_t linger_since[3]; /* when that count was first seen */
   double unacked[3];
