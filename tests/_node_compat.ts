@@ -262,7 +262,8 @@ export interface Scenario {
   poolDiffers?: { fields: string[]; why: string };
   /**
    * Fields where the pool departs from Node depending on the runtime that spawns the commands (the workers', or the
-   * host's when the commands run in the host), or that hosts them, with the reason.
+   * host's when the commands run in the host), or that hosts them, or ("in-host") wherever commands run in the host,
+   * with the reason.
    */
   spawnerDiffers?: Partial<Record<string, { fields: string[]; why: string }>>;
   /** Maps a result before comparing, for outcomes that legitimately vary between runs. */

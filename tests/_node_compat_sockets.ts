@@ -375,12 +375,12 @@ export const socketScenarios: Scenario[] = [
     }])),
   },
   {
-    // Destroyed before the command wrote anything, while it is busy starting (here a loop of about 7 ms, well inside
+    // Destroyed before the command wrote anything, while it is busy starting (here a loop of about 15 ms, inside
     // the 20 ms a writer may be still before a worker closes a socket it lets go): Node closes it at once, so the
     // first write fails with EPIPE and sh dies of SIGPIPE (execa's wait-epipe tests, with a Node script that loads).
     name: "stdout destroyed as the command starts, before it wrote: its first write fails",
     run: async (cp) => {
-      const script = 'i=0; while [ "$i" -lt 4000 ]; do i=$((i+1)); done; echo out; echo after >&2';
+      const script = 'i=0; while [ "$i" -lt 8000 ]; do i=$((i+1)); done; echo out; echo after >&2';
       const child = cp.spawn("sh", ["-c", script]);
       let stderr = "";
       child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
@@ -391,11 +391,18 @@ export const socketScenarios: Scenario[] = [
       const [code, signal] = await within20s(closed, "sh");
       return { code, signal, stderr };
     },
-    spawnerDiffers: Object.fromEntries(["deno", "bun"].map((runtime) => [runtime, {
-      fields: ["code", "signal", "stderr"],
-      why: "spawned by Deno or Bun (their workers, or their host), the command's stdout is the runtime's own pipe, " +
-        "which a cancelled read leaves open until that read returns: the command's first write may go through",
-    }])),
+    spawnerDiffers: {
+      ...Object.fromEntries(["deno", "bun"].map((runtime) => [runtime, {
+        fields: ["code", "signal", "stderr"],
+        why: "spawned by Deno or Bun (their workers, or their host), the command's stdout is the runtime's own pipe, " +
+          "which a cancelled read leaves open until that read returns: the command's first write may go through",
+      }])),
+      "in-host": {
+        fields: ["code", "signal", "stderr"],
+        why: "run in the host, the command is spawned by the loop a worker runs, which applies the release once its " +
+          "spawn has resolved, a turn or more after Node's own destroy: on a busy host a write in between goes through",
+      },
+    },
   },
   {
     // The public field replaced, `stdio` left as it was, nothing read: after the exit, Node lets the child's own unread

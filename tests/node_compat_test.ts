@@ -54,6 +54,7 @@ describe(`node:child_process vs spawnpool/node (${HOST})`, () => {
         ...scenario.poolDiffers?.fields ?? [],
         ...scenario.spawnerDiffers?.[IN_HOST ? HOST : COMPAT_WORKERS ?? HOST]?.fields ?? [],
         ...scenario.spawnerDiffers?.[HOST]?.fields ?? [],
+        ...(IN_HOST ? scenario.spawnerDiffers?.["in-host"]?.fields ?? [] : []),
         ...EVERY_SCENARIO_DIFFERS[HOST]?.fields ?? [],
       ];
       if (isObject(results.pooled) && "connected" in results.pooled && !scenario.runsNatively) {
