@@ -15,6 +15,17 @@ import { forEachWorker, itUnlessRemote, scratch, text } from "./_conformance.ts"
 
 const title = "kills, signals, timeouts, maxBuffer, flow control and a host or worker that dies";
 
+/** Reads stdout up to a line "pid <n>" (a script's `echo "pid $!"`) and returns that pid. */
+async function pidLine(reader: ReadableStreamDefaultReader<Uint8Array>): Promise<number> {
+  let seen = "";
+  while (!/pid \d+\n/.test(seen)) {
+    const { value, done } = await reader.read();
+    assert.ok(!done, `stdout ended early: ${seen}`);
+    seen += text(value!);
+  }
+  return Number(/pid (\d+)\n/.exec(seen)![1]);
+}
+
 await forEachWorker(title, (pool, runtime, workers) => {
   // Tests that signal a worker by its pid: a remote pool's workers are its agent's, and stats() gives the agent's pid.
   const itWorkers = itUnlessRemote(
@@ -249,13 +260,7 @@ await forEachWorker(title, (pool, runtime, workers) => {
     const script = `(trap '' TERM; exec sleep 30) & echo "pid $!"; wait`;
     const proc = pool.spawn(["sh", "-c", script], { timeout: 100 });
     const reader = proc.stdout!.getReader();
-    let seen = "";
-    while (!/pid \d+\n/.test(seen)) {
-      const { value, done } = await reader.read();
-      assert.ok(!done, `stdout ended early: ${seen}`);
-      seen += text(value!);
-    }
-    const grandchild = Number(/pid (\d+)\n/.exec(seen)![1]);
+    const grandchild = await pidLine(reader);
     try {
       while (!(await withTimeout(reader.read(), 5000, "stdout did not end")).done);
       assert.equal(await withTimeout(proc.exited, 5000, "no exit"), 143);
@@ -275,13 +280,7 @@ await forEachWorker(title, (pool, runtime, workers) => {
     const script = `(trap '' TERM; while :; do echo tick; sleep 0.05; done) & echo "pid $!"; wait`;
     const proc = pool.spawn(["sh", "-c", script], { timeout: 100, forceKillAfterDelay: 200 });
     const reader = proc.stdout!.getReader();
-    let seen = "";
-    while (!/pid \d+\n/.test(seen)) {
-      const { value, done } = await reader.read();
-      assert.ok(!done, `stdout ended early: ${seen}`);
-      seen += text(value!);
-    }
-    const grandchild = Number(/pid (\d+)\n/.exec(seen)![1]);
+    const grandchild = await pidLine(reader);
     const drained = (async () => {
       while (!(await reader.read()).done);
     })();
