@@ -10,7 +10,7 @@ import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./sha
 import type { Scheduler } from "./core/execution.ts";
 import { checkMaxQueue, PoolCore, type PoolOptions as LocalPoolOptions, type PoolStats } from "./core/pool_core.ts";
 import type { RemoteOptions, RemoteTlsOptions } from "./remote/options.ts";
-import { RemotePool } from "./remote/remote_pool.ts";
+import { DeferredRemotePool } from "./remote/deferred_pool.ts";
 import {
   PooledSubprocess,
   type PooledSubprocess as Subprocess,
@@ -51,7 +51,7 @@ function backend(options: PoolOptions): PoolBackend {
     }
   }
   const host = currentPlatform().host;
-  return new RemotePool(options.remote, checkMaxQueue(options.maxQueue), host.admit?.bind(host));
+  return new DeferredRemotePool(options.remote, checkMaxQueue(options.maxQueue), host.admit?.bind(host));
 }
 
 /**

@@ -110,6 +110,11 @@ export interface HandshakeTransport<Conn, Out = ByteChannel> {
   drop(conn: Conn): void;
   /** Stops listening and removes any socket file. */
   close(): void;
+  /**
+   * Calls `callback` after `ms` unless the returned function is called first: the runtime's cheapest timer for the
+   * deadlines, where `setTimeout` costs more (a Deno host's first one). Default: `setTimeout`.
+   */
+  timer?(ms: number, callback: () => void): () => void;
 }
 
 /**
@@ -130,18 +135,22 @@ export function pendingWorker<Conn, Out = ByteChannel>(
     closed = true;
     transport.close();
   };
+  const after = transport.timer ?? ((ms: number, callback: () => void) => {
+    const timer = setTimeout(callback, ms);
+    return () => clearTimeout(timer);
+  });
   return {
     bootstrapLine: bootstrapLine(path, secret),
     close,
     accept(exited) {
       return new Promise<Out>((resolve, reject) => {
         /** Connections that have not presented the secret, oldest first, with their deadlines. */
-        const pending = new Map<Conn, ReturnType<typeof setTimeout>>();
+        const pending = new Map<Conn, () => void>();
         let done = false;
         const forget = (conn: Conn): boolean => {
-          const deadline = pending.get(conn);
-          if (deadline === undefined) return false;
-          clearTimeout(deadline);
+          const cancelDeadline = pending.get(conn);
+          if (cancelDeadline === undefined) return false;
+          cancelDeadline();
           pending.delete(conn);
           return true;
         };
@@ -151,18 +160,18 @@ export function pendingWorker<Conn, Out = ByteChannel>(
         const finish = (error: Error | undefined, out?: Out) => {
           if (done) return;
           done = true;
-          clearTimeout(timer);
+          cancelDeadline();
           for (const conn of [...pending.keys()]) refuse(conn);
           close();
           if (error) reject(error);
           else resolve(out!);
         };
-        const timer = setTimeout(() => finish(new Error("Worker did not connect in time")), HANDSHAKE_TIMEOUT_MS);
+        const cancelDeadline = after(HANDSHAKE_TIMEOUT_MS, () => finish(new Error("Worker did not connect in time")));
         void exited.then(() => finish(new Error("Worker exited before connecting")));
         transport.listen((conn) => {
           if (done) return transport.drop(conn);
           if (pending.size >= MAX_UNAUTHENTICATED) refuse(pending.keys().next().value!);
-          pending.set(conn, setTimeout(() => refuse(conn), SECRET_DEADLINE_MS));
+          pending.set(conn, after(SECRET_DEADLINE_MS, () => refuse(conn)));
           transport.readSecret(conn).then(({ head, rest }) => {
             if (!forget(conn)) return; // dropped meanwhile
             if (!done && sameBytes(head, secret)) finish(undefined, transport.accepted(conn, rest));
@@ -260,11 +269,17 @@ export interface HandshakeProcess {
   kill(): void;
 }
 
-/** Hands `process` the bootstrap line and waits for its authenticated connection; kills it on failure. */
+/**
+ * Hands `process` the bootstrap line and waits for its authenticated connection; kills it on failure. The listener
+ * takes connections from before the line is written: a worker may connect before the write has resolved, and a Deno
+ * host that began to accept only then saw the connection 3-6 ms after the worker made it (strace, 2026-11-27).
+ */
 export async function handshake(pending: PendingWorker, worker: HandshakeProcess): Promise<ByteChannel> {
+  const accepted = pending.accept(worker.exited);
+  accepted.catch(() => {}); // heard below, or not at all when the line could not be written
   try {
     await worker.sendLine(pending.bootstrapLine);
-    return await pending.accept(worker.exited);
+    return await accepted;
   } catch (error) {
     pending.close();
     try {

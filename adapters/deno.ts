@@ -100,6 +100,26 @@ async function readSecret(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Ui
 }
 
 /**
+ * Calls `callback` after `ms` unless the returned function is called first, without keeping the process alive: the
+ * timeout of an `Atomics.waitAsync`, which `Atomics.notify` cancels. Deno's own `setTimeout` is Node's, whose first
+ * call loads Deno's Node timers (3-4 ms of a script's first command).
+ */
+function unrefTimer(ms: number, callback: () => void): () => void {
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  const waiting = Atomics.waitAsync(cell, 0, 0, ms);
+  let cancelled = false;
+  const fire = () => {
+    if (!cancelled) callback();
+  };
+  if (waiting.async) void waiting.value.then(fire);
+  else queueMicrotask(fire);
+  return () => {
+    cancelled = true;
+    Atomics.notify(cell, 0);
+  };
+}
+
+/**
  * The Deno host's listener. Deno's node:net sockets are inherited by `Deno.Command` children (no
  * close-on-exec), so the Deno host listens with `Deno.listen`, whose sockets are not.
  */
@@ -127,6 +147,7 @@ function listenForWorker(): PendingWorker {
     },
     readSecret,
     accepted: connChannel,
+    timer: unrefTimer,
     drop: closeQuietly,
     close() {
       closed = true;
@@ -283,21 +304,7 @@ export const denoAdapter: Adapter = {
     return Promise.resolve(controls);
   },
 
-  unrefTimer(ms, callback) {
-    // Atomics.waitAsync's timeout: no Node timers loaded, nothing kept alive, and Atomics.notify cancels it.
-    const cell = new Int32Array(new SharedArrayBuffer(4));
-    const waiting = Atomics.waitAsync(cell, 0, 0, ms);
-    let cancelled = false;
-    const fire = () => {
-      if (!cancelled) callback();
-    };
-    if (waiting.async) void waiting.value.then(fire);
-    else queueMicrotask(fire);
-    return () => {
-      cancelled = true;
-      Atomics.notify(cell, 0);
-    };
-  },
+  unrefTimer,
 
   ...ownProcess,
   // The host started this worker as a group leader: the group's id is our pid. SIGKILL ends the commands

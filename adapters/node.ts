@@ -1,11 +1,13 @@
 /**
- * The Node adapter: workers are started with `node:child_process` and handed one end of a connected
- * unix socket pair on fd 3; commands are spawned with `child_process.spawn`.
+ * The Node adapter: workers are started with `node:child_process` and handed one end of a unix socket pair on fd 3
+ * (a pool's first worker the pair libuv makes for an extra `"pipe"`, the others a connected pair whose host end reads
+ * through `onread`); commands are spawned with `child_process.spawn`.
  *
  * @module
  */
 
 import type { ChildProcess } from "node:child_process";
+import type { Socket } from "node:net";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { commandEnv, orphanKiller, ownProcess } from "./_signals.ts";
@@ -21,21 +23,22 @@ interface Modules {
   childProcess: typeof import("node:child_process");
   net: typeof import("node:net");
   channels: typeof import("./_socket_channel.ts");
-  unix: typeof import("./_unix_handshake.ts");
-  listener: typeof import("./_net_listener.ts");
 }
 let modules: Modules | undefined;
 
 async function loadModules(): Promise<Modules> {
-  const [childProcess, net, channels, unix, listener] = await Promise.all([
+  const [childProcess, net, channels] = await Promise.all([
     import("node:child_process"),
     import("node:net"),
     import("./_socket_channel.ts"),
-    import("./_unix_handshake.ts"),
-    import("./_net_listener.ts"),
   ]);
-  modules = { childProcess, net, channels, unix, listener };
+  modules = { childProcess, net, channels };
   return modules;
+}
+
+/** The unix-socket handshake and the `node:net` listener: for the unix channel, and for the pair a worker's fd 3 is. */
+function loadUnix(): Promise<[typeof import("./_unix_handshake.ts"), typeof import("./_net_listener.ts")]> {
+  return Promise.all([import("./_unix_handshake.ts"), import("./_net_listener.ts")]);
 }
 
 type NodeStdio = "pipe" | "inherit" | "ignore";
@@ -107,13 +110,14 @@ export const nodeAdapter: Adapter = {
   },
 
   async startWorker(launch) {
-    const { childProcess: { spawn }, channels: { lendingSocketChannel }, unix: { handshake }, listener } = modules ??
-      await loadModules();
-    const { connectedPair, listenForWorker } = listener;
-    const pending = launch.channel === "unix" ? await listenForWorker() : undefined;
-    // The fd 3 channel: one end goes to the worker, the host reads the other into one reused buffer.
-    const lending = pending ? undefined : lendingSocketChannel();
-    const pair = lending && { lending, ...await connectedPair(lending.onread) };
+    const { childProcess: { spawn }, channels } = modules ?? await loadModules();
+    const [unix, listener] = launch.channel === "unix" || !launch.first ? await loadUnix() : [];
+    const pending = launch.channel === "unix" ? await listener!.listenForWorker() : undefined;
+    // The fd 3 channel. A pool's first worker gets the unix socketpair libuv makes for an extra "pipe", ready about
+    // 4 ms sooner on a script's first command; the others a connected pair whose host end reads into one reused
+    // buffer, which costs the host less per request (about 60-90 µs less per 163 KB of output: docs/how-it-works.md).
+    const lending = pending || launch.first ? undefined : channels.lendingSocketChannel();
+    const pair = lending && { lending, ...await listener!.connectedPair(lending.onread) };
     const abandon = () => {
       pending?.close();
       pair?.host.destroy();
@@ -121,7 +125,7 @@ export const nodeAdapter: Adapter = {
     let child;
     try {
       child = spawn(launch.execPath, launch.args, {
-        stdio: pair ? ["ignore", "inherit", "inherit", pair.worker] : ["pipe", "inherit", "inherit"],
+        stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", pair ? pair.worker : "pipe"],
         env: { ...system.environment(), SPAWNPOOL_CHANNEL: launch.channel },
         detached: launch.ownGroup,
       });
@@ -136,18 +140,23 @@ export const nodeAdapter: Adapter = {
       await whenSpawned(child);
     } catch (error) {
       abandon();
+      child.stdio[3]?.destroy();
       throw error;
     }
-    const channel = pair ? pair.lending.attach(pair.host) : await handshake(pending!, {
-      exited,
-      sendLine: (line) =>
-        new Promise((resolve, reject) => {
-          // A worker that closed its stdin first (EPIPE) fails the handshake, not the host.
-          child.stdin!.once("error", reject);
-          child.stdin!.end(line, () => resolve());
-        }),
-      kill: () => child.kill("SIGKILL"),
-    });
+    const channel = pending
+      ? await unix!.handshake(pending, {
+        exited,
+        sendLine: (line) =>
+          new Promise((resolve, reject) => {
+            // A worker that closed its stdin first (EPIPE) fails the handshake, not the host.
+            child.stdin!.once("error", reject);
+            child.stdin!.end(line, () => resolve());
+          }),
+        kill: () => child.kill("SIGKILL"),
+      })
+      : pair
+      ? pair.lending.attach(pair.host)
+      : channels.socketChannel(child.stdio[3] as Socket);
     return {
       pid: child.pid!,
       channel,
@@ -160,8 +169,11 @@ export const nodeAdapter: Adapter = {
   },
 
   async connectToHost(kind) {
-    const { net, channels, unix, listener } = modules ?? await loadModules();
-    if (kind === "unix") return unix.connectFromBootstrap(listener.openSocketChannel);
+    const { net, channels } = modules ?? await loadModules();
+    if (kind === "unix") {
+      const [unix, listener] = await loadUnix();
+      return unix.connectFromBootstrap(listener.openSocketChannel);
+    }
     return channels.socketChannel(new net.Socket({ fd: 3, readable: true, writable: true }));
   },
 

@@ -65,26 +65,34 @@ function upward(start: string): string[] {
   return dirs;
 }
 
-/** Whether `path` exists (false where it cannot be told, as on a Deno host without read permission there). */
-function exists(path: string): boolean {
+/**
+ * Whether `path` is a file that may be executed (false where it cannot be told, as on a Deno host without read
+ * permission there). On Bun by its own lookup (`Bun.which` in that one directory): a `stat` there would load Bun's
+ * `node:fs`, about 2 ms of a script's first command.
+ */
+function executable(path: string): boolean {
+  const slash = path.lastIndexOf("/");
+  if (system.which !== undefined && slash >= 0) {
+    return system.which(path.slice(slash + 1), path.slice(0, slash) || "/") !== undefined;
+  }
   try {
-    system.stat(path);
-    return true;
+    const stat = system.stat(path);
+    return !stat.directory && (stat.mode & 0o111) !== 0;
   } catch {
     return false;
   }
 }
 
-/** The first of `paths` that exists; the rest are not looked at (nor made, for a generator). */
-function firstExisting(paths: Iterable<string>): string | undefined {
+/** The first of `paths` that is an executable file; the rest are not looked at (nor made, for a generator). */
+function firstExecutable(paths: Iterable<string>): string | undefined {
   for (const path of paths) {
-    if (exists(path)) return path;
+    if (executable(path)) return path;
   }
   return undefined;
 }
 
 function findIn(dirs: readonly string[], name: string): string | undefined {
-  return firstExisting(dirs.map((dir) => joinPath(dir, name)));
+  return firstExecutable(dirs.map((dir) => joinPath(dir, name)));
 }
 
 /**
@@ -121,26 +129,27 @@ function* nativeWorkerCandidates(): Generator<string> {
   ) {
     yield fileUrlToPath(new URL(path, import.meta.url).href);
   }
-  const installed = workerPackageDir(); // looked for only when no local build is there
-  if (installed !== undefined) yield joinPath(installed, "bin", "spawnpool-worker");
+  const installed = installedWorker(); // looked for only when no local build is there
+  if (installed !== undefined) yield installed;
 }
 
 /**
- * The per-platform package's directory, as Node resolves a dependency of spawnpool's: the nearest
- * `node_modules/<package>/package.json` in this module's directory or one above it (npm, Bun, pnpm, Deno with a
- * node_modules folder). Without one, the runtime's own resolver through `node:module` (Deno's global npm cache, Yarn's
- * Plug'n'Play), asked only then: it costs a Deno process 15 ms.
+ * The per-platform package's `bin/spawnpool-worker`, where Node would resolve that dependency of spawnpool's: in the
+ * nearest `node_modules/<package>` of this module's directory or one above it that holds it (npm, Bun, pnpm, Deno with
+ * a node_modules folder). Without one, the runtime's own resolver through `node:module` (Deno's global npm cache,
+ * Yarn's Plug'n'Play), asked only then: it costs a Deno process 15 ms.
  */
-function workerPackageDir(): string | undefined {
+function installedWorker(): string | undefined {
+  const inPackage = (dir: string) => joinPath(dir, "bin", "spawnpool-worker");
   for (const dir of upward(dirnameOf(fileUrlToPath(import.meta.url)))) {
     if (dir.endsWith("/node_modules")) continue; // no node_modules/node_modules
-    const candidate = joinPath(dir, "node_modules", NATIVE_WORKER_PACKAGE);
-    if (exists(joinPath(candidate, "package.json"))) return candidate;
+    const candidate = inPackage(joinPath(dir, "node_modules", NATIVE_WORKER_PACKAGE));
+    if (executable(candidate)) return candidate;
   }
   try {
     const { process } = globalThis as unknown as { process: NodeJS.Process };
     const { createRequire } = process.getBuiltinModule("node:module") as typeof import("node:module");
-    return dirnameOf(createRequire(import.meta.url).resolve(`${NATIVE_WORKER_PACKAGE}/package.json`));
+    return inPackage(dirnameOf(createRequire(import.meta.url).resolve(`${NATIVE_WORKER_PACKAGE}/package.json`)));
   } catch {
     return undefined; // not installed: another platform's, a checkout, or optional dependencies left out
   }
@@ -150,7 +159,7 @@ let nativeFound: string | undefined | null = null;
 
 /** The native worker's executable, looked for once per process; undefined when there is none. */
 export function findNativeWorker(): string | undefined {
-  if (nativeFound === null) nativeFound = firstExisting(nativeWorkerCandidates());
+  if (nativeFound === null) nativeFound = firstExecutable(nativeWorkerCandidates());
   return nativeFound;
 }
 

@@ -70,6 +70,11 @@ export interface WorkerLaunch {
    * group of their own join: the worker (or the host, if the worker dies) can then kill them all at once.
    */
   ownGroup: boolean;
+  /**
+   * No other worker of the pool runs or starts: its requests wait for this one (a script's first command, say). An
+   * adapter may then pick the channel that is ready soonest over the one that costs the host least per request.
+   */
+  first?: boolean;
 }
 
 /** A started worker process and its channel, as the host sees it. */
@@ -230,9 +235,10 @@ export interface Adapter {
   /** Worker side: ends this process. */
   exit(code: number): never;
   /**
-   * Worker side, optional: calls `callback` after `ms` unless the returned function is called first, without keeping
-   * the process alive, where that is cheaper than `setTimeout`: a Deno process's first `setTimeout` loads Deno's Node
-   * timers (3-4 ms), which a host running its first command itself would pay for the stream grace.
+   * Optional: calls `callback` after `ms` unless the returned function is called first, without keeping the process
+   * alive, where that is cheaper than `setTimeout`: a Deno process's first `setTimeout` loads Deno's Node timers
+   * (3-4 ms), which a host would pay on its first command for a worker's deadlines (its connection, its hello) or,
+   * running the command itself, for the stream grace.
    */
   unrefTimer?(ms: number, callback: () => void): () => void;
   /**

@@ -73,6 +73,12 @@ export interface RequestChannel {
 /** How long a new worker may take to say hello. */
 const HELLO_TIMEOUT_MS = 30_000;
 
+/** `setTimeout`, as a function that cancels it. */
+function setTimer(ms: number, callback: () => void): () => void {
+  const timer = setTimeout(callback, ms);
+  return () => clearTimeout(timer);
+}
+
 /** Largest request id; ids run from 1 (0 is the channel's own) and then start over. */
 const MAX_REQUEST_ID = 0xffff_ffff;
 
@@ -96,13 +102,16 @@ export class WorkerHandle implements RequestChannel {
   #rejectHello: (error: SpawnPoolError) => void = () => {};
 
   /**
-   * Wraps a started worker; `onClose` is called once when its channel closes. `maxRequestId` is for tests
-   * of the id wrap.
+   * Wraps a started worker; `onClose` is called once when its channel closes. `timer` sets the hello's deadline (the
+   * host runtime's cheapest, `setTimeout` by default); `maxRequestId` is for tests of the id wrap.
    */
   constructor(
     process: WorkerProcess,
     onClose: (handle: WorkerHandle, error: SpawnPoolError) => void,
-    maxRequestId: number = MAX_REQUEST_ID,
+    { timer = setTimer, maxRequestId = MAX_REQUEST_ID }: {
+      timer?: (ms: number, callback: () => void) => () => void;
+      maxRequestId?: number;
+    } = {},
   ) {
     this.process = process;
     this.#maxId = maxRequestId;
@@ -116,9 +125,9 @@ export class WorkerHandle implements RequestChannel {
       helloReject = reject;
     });
     this.ready.catch(() => {});
-    const helloTimer = process.local ? undefined : setTimeout(() => {
+    const cancelHelloTimer = process.local ? undefined : timer(HELLO_TIMEOUT_MS, () => {
       this.#shutdown(new SpawnPoolError("ERR_WORKER_START", "Worker did not say hello in time"));
-    }, HELLO_TIMEOUT_MS);
+    });
 
     const decoder = new FrameDecoder((type, id, payload, lent) => {
       if (!helloDone) {
@@ -130,7 +139,7 @@ export class WorkerHandle implements RequestChannel {
           );
         }
         helloDone = true;
-        if (helloTimer !== undefined) clearTimeout(helloTimer);
+        cancelHelloTimer?.();
         this.#unref();
         helloResolve(hello as unknown as Hello);
         return;
@@ -162,7 +171,7 @@ export class WorkerHandle implements RequestChannel {
       },
     });
     this.#rejectHello = (error) => {
-      if (helloTimer !== undefined) clearTimeout(helloTimer);
+      cancelHelloTimer?.();
       if (!helloDone) helloReject(error);
     };
     // A worker whose process died must not wait for its channel to close: a grandchild could hold it.

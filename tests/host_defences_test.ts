@@ -60,7 +60,7 @@ describe("a host fed random and mutated worker frames (fuzz)", () => {
         ref: () => {},
         unref: () => {},
       };
-      const worker = new WorkerHandle(fake, (_, error) => void (closed = error), 3);
+      const worker = new WorkerHandle(fake, (_, error) => void (closed = error), { maxRequestId: 3 });
       mirror = new FrameDecoder(onMirrored);
       push(frame(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime: "node", pid: WORKER_PID })));
       await worker.ready;

@@ -125,6 +125,24 @@ describe(`${HOST} host, pool lifecycle`, () => {
     await assert.rejects(stats.command("true").output(), SpawnPoolError);
   });
 
+  // A Node host's first worker reads its channel as libuv made it (a socketpair for an extra "pipe"), the others
+  // through a connected pair read into one reused buffer: both must carry a large output whole.
+  for (const runtime of [HOST, "native"] as const) {
+    it(`every worker carries a large output whole, the pool's first and the others (${runtime} workers)`, async () => {
+      await using pool = new Pool({ size: 2, runtime });
+      await pool.ready();
+      const expected = Array.from({ length: 200_000 }, (_, i) => `${i + 1}\n`).join("");
+      const outputs = await Promise.all(
+        [0, 1].map(async () => text((await pool.command("seq", { args: ["200000"] }).output()).stdout)),
+      );
+      for (const output of outputs) {
+        assert.equal(output.length, expected.length);
+        assert.ok(output === expected, "the output is seq's, byte for byte");
+      }
+      assert.deepEqual(pool.stats().workers.map((worker) => worker.completed), [1, 1], "one command on each worker");
+    });
+  }
+
   it("a worker runtime that cannot be found fails requests with ERR_WORKER_START", async () => {
     const pool = new Pool({ size: 1, runtime: HOST, execPath: join(scratch, "no-such-runtime") });
     await assert.rejects(

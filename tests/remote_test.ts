@@ -89,6 +89,29 @@ describe(`${HOST} host, remote pools over NATS`, { skip, concurrency: false }, (
     }
   });
 
+  it("a remote pool loads on first use: commands given meanwhile are counted as queued and all run", async () => {
+    const pool = new Pool({ remote: { servers: url, subject: sharedSubject } });
+    try {
+      assert.deepEqual(pool.stats(), { runtime: "remote", inFlight: 0, queued: 0, started: 0, workers: [] });
+      const outputs = ["a", "b", "c"].map((word) => pool.command("echo", { args: [word] }).output());
+      assert.equal(pool.stats().queued, 3);
+      assert.deepEqual((await Promise.all(outputs)).map((output) => text(output.stdout)), ["a\n", "b\n", "c\n"]);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it("a remote pool closed before its first use closes at once, connecting to nothing; later commands fail", async () => {
+    // Nothing listens on port 9: a pool that tried to connect would fail with ERR_REMOTE_CONNECT instead.
+    const pool = new Pool({ remote: { servers: "nats://127.0.0.1:9", subject: freshSubject() } });
+    await withTimeout(pool.close(), 1000, "close() of an unused remote pool");
+    await assert.rejects(
+      pool.command("echo").output(),
+      (e: unknown) => (e as SpawnPoolError).code === "ERR_POOL_CLOSED",
+    );
+    await assert.rejects(pool.ready(), (e: unknown) => (e as SpawnPoolError).code === "ERR_POOL_CLOSED");
+  });
+
   async function echoWorksNot(pool: Pool, subject: string): Promise<void> {
     const proc = pool.spawn(["echo", "nobody"]);
     const { error, ms } = await rejection(proc.exited);

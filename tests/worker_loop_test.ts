@@ -332,7 +332,7 @@ describe("request ids", () => {
       unref: () => {},
     };
     let closed: SpawnPoolError | undefined;
-    const worker = new WorkerHandle(fake, (_, error) => void (closed = error), 3);
+    const worker = new WorkerHandle(fake, (_, error) => void (closed = error), { maxRequestId: 3 });
     push(frame(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime: "node", pid: 4242 })));
     await worker.ready;
     const completed: number[] = [];

@@ -1,0 +1,95 @@
+/**
+ * A remote pool as `new Pool({ remote })` returns it: its options are checked at once, and the remote pool itself
+ * (`remote_pool.ts`, with the relay and the wire protocol, about a sixth of the bundle) is loaded on the pool's first
+ * use, not with spawnpool: a script that imports spawnpool and never runs a remote pool does not load it.
+ *
+ * @module
+ */
+
+import { SpawnPoolError } from "../core/errors.ts";
+import type { SpawnRequest } from "../core/frame.ts";
+import type { Scheduler, Submission } from "../core/execution.ts";
+import { poolClosed, type PoolStats } from "../core/pool_core.ts";
+import { checkRemoteOptions, type RemoteOptions } from "./options.ts";
+import type { RemotePool } from "./remote_pool.ts";
+
+/** A remote pool that loads its module on first use; until then it holds its commands, in order. */
+export class DeferredRemotePool implements Scheduler {
+  readonly #options: RemoteOptions;
+  readonly #maxQueue: number;
+  readonly #admit: ((request: SpawnRequest) => void) | undefined;
+  #pool: RemotePool | undefined;
+  #loading: Promise<RemotePool> | undefined;
+  /** Commands submitted while the module loads. */
+  #held = 0;
+  #closed: Promise<void> | undefined;
+
+  /**
+   * Checks the options; loads nothing and connects to nothing.
+   *
+   * @throws {TypeError} For bad options.
+   */
+  constructor(options: RemoteOptions, maxQueue: number, admit?: (request: SpawnRequest) => void) {
+    checkRemoteOptions(options);
+    this.#options = options;
+    this.#maxQueue = maxQueue;
+    this.#admit = admit;
+  }
+
+  /** @internal The host runtime's rules for starting a command (a Deno host's run permission). */
+  admit(request: SpawnRequest): void {
+    this.#admit?.(request);
+  }
+
+  /** Loads the remote pool, connects, and resolves once an agent answered (as `RemotePool.ready`). */
+  async ready(): Promise<void> {
+    if (this.#closed) throw poolClosed();
+    await (await this.#load()).ready();
+  }
+
+  /** @internal Hands the command to the remote pool, once its module is in (commands keep their order). */
+  submit(submission: Submission): void {
+    if (this.#pool !== undefined) return this.#pool.submit(submission);
+    if (this.#closed) return submission.reject(poolClosed(submission.request.cmd));
+    this.#held++;
+    this.#load().then(
+      (pool) => {
+        this.#held--;
+        pool.submit(submission);
+      },
+      (error) => {
+        this.#held--;
+        submission.reject(
+          new SpawnPoolError("ERR_REMOTE_CONNECT", `Could not load the remote pool: ${String(error)}`, {
+            command: submission.request.cmd,
+            cause: error,
+          }),
+        );
+      },
+    );
+  }
+
+  /** The remote pool's counts; before it is loaded, the commands held meanwhile. */
+  stats(): PoolStats {
+    return this.#pool?.stats() ?? { runtime: "remote", inFlight: 0, queued: this.#held, started: 0, workers: [] };
+  }
+
+  /**
+   * Closes the remote pool (as `RemotePool.close`), after the commands submitted while it loaded have reached it; a
+   * pool never used closes at once, loading nothing.
+   */
+  close(options: { drain?: boolean } = {}): Promise<void> {
+    this.#closed ??= this.#loading === undefined
+      ? Promise.resolve()
+      : this.#loading.then((pool) => pool.close(options), () => {});
+    return this.#closed;
+  }
+
+  #load(): Promise<RemotePool> {
+    this.#loading ??= import("./remote_pool.ts").then(({ RemotePool }) => {
+      this.#pool = new RemotePool(this.#options, this.#maxQueue, this.#admit);
+      return this.#pool;
+    });
+    return this.#loading;
+  }
+}
