@@ -271,8 +271,7 @@ export interface HandshakeProcess {
 
 /**
  * Hands `process` the bootstrap line and waits for its authenticated connection; kills it on failure. The listener
- * takes connections from before the line is written: a worker may connect before the write has resolved, and a Deno
- * host that began to accept only then saw the connection 3-6 ms after the worker made it (strace, 2026-11-27).
+ * takes connections from before the line is written: a worker may connect before the write has resolved.
  */
 export async function handshake(pending: PendingWorker, worker: HandshakeProcess): Promise<ByteChannel> {
   const accepted = pending.accept(worker.exited);
