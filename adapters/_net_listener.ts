@@ -71,9 +71,10 @@ export function listenForWorker(abstract: boolean = system.platform === "linux")
 }
 
 /**
- * A connected pair of unix stream sockets, whose `worker` end a Node host hands its worker as fd 3 (and
- * then closes) while it reads the `host` end through `onread`. Node has no socketpair call, and the
- * sockets `child_process` makes for a pipe cannot be given `onread`, which only `net.connect` takes.
+ * A connected pair of unix stream sockets, whose `worker` end a Node host hands a worker as fd 3 (and then
+ * closes) while it reads the `host` end through `onread`: every worker of a pool but its first, which gets the
+ * socketpair `child_process` makes for a pipe (ready sooner, but it cannot be given `onread`, which only
+ * `net.connect` takes). Node has no socketpair call of its own.
  *
  * The pair is made like a worker's handshake: the host connects to a fresh private socket and presents
  * a fresh secret, the listener takes only the connection that presents it, refuses all others and stops

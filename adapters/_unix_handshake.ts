@@ -14,6 +14,7 @@
  */
 
 import type { ByteChannel } from "../core/adapter.ts";
+import { setTimer } from "../core/timer.ts";
 import { joinPath, system } from "./_system.ts";
 
 /** Bytes of the one-time secret. */
@@ -135,10 +136,7 @@ export function pendingWorker<Conn, Out = ByteChannel>(
     closed = true;
     transport.close();
   };
-  const after = transport.timer ?? ((ms: number, callback: () => void) => {
-    const timer = setTimeout(callback, ms);
-    return () => clearTimeout(timer);
-  });
+  const after = transport.timer ?? setTimer;
   return {
     bootstrapLine: bootstrapLine(path, secret),
     close,
@@ -281,6 +279,7 @@ export async function handshake(pending: PendingWorker, worker: HandshakeProcess
     return await accepted;
   } catch (error) {
     pending.close();
+    void accepted.then((channel) => channel.close(), () => {}); // a worker that connected before the write failed
     try {
       worker.kill();
     } catch {

@@ -140,7 +140,7 @@ export const nodeAdapter: Adapter = {
       await whenSpawned(child);
     } catch (error) {
       abandon();
-      child.stdio[3]?.destroy();
+      child.stdio?.[3]?.destroy(); // no stdio at all when the spawn failed early (EMFILE)
       throw error;
     }
     const channel = pending

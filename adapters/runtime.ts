@@ -72,8 +72,9 @@ function upward(start: string): string[] {
  */
 function executable(path: string): boolean {
   const slash = path.lastIndexOf("/");
-  if (system.which !== undefined && slash >= 0) {
-    return system.which(path.slice(slash + 1), path.slice(0, slash) || "/") !== undefined;
+  const dir = path.slice(0, slash) || "/";
+  if (system.which !== undefined && slash >= 0 && !dir.includes(PATH_DELIMITER)) {
+    return system.which(path.slice(slash + 1), dir) !== undefined;
   }
   try {
     const stat = system.stat(path);

@@ -71,8 +71,9 @@ export interface WorkerLaunch {
    */
   ownGroup: boolean;
   /**
-   * No other worker of the pool runs or starts: its requests wait for this one (a script's first command, say). An
-   * adapter may then pick the channel that is ready soonest over the one that costs the host least per request.
+   * No other worker of the pool runs or starts: its requests wait for this one (a script's first command, say), or run
+   * in the host meanwhile (`startInHost`). An adapter may then pick the channel that is ready soonest over the one that
+   * costs the host least per request (the Node adapter does).
    */
   first?: boolean;
 }

@@ -25,6 +25,7 @@ import {
   type StreamFd,
 } from "./frame.ts";
 import { FrameWriter } from "./frame_writer.ts";
+import { setTimer } from "./timer.ts";
 
 /** Receives the frames of one request. */
 export interface RequestSink {
@@ -72,12 +73,6 @@ export interface RequestChannel {
 
 /** How long a new worker may take to say hello. */
 const HELLO_TIMEOUT_MS = 30_000;
-
-/** `setTimeout`, as a function that cancels it. */
-function setTimer(ms: number, callback: () => void): () => void {
-  const timer = setTimeout(callback, ms);
-  return () => clearTimeout(timer);
-}
 
 /** Largest request id; ids run from 1 (0 is the channel's own) and then start over. */
 const MAX_REQUEST_ID = 0xffff_ffff;

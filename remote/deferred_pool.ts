@@ -15,13 +15,14 @@ import type { RemotePool } from "./remote_pool.ts";
 
 /** A remote pool that loads its module on first use; until then it holds its commands, in order. */
 export class DeferredRemotePool implements Scheduler {
+  /** The options as checked when the pool was made (a copy: the caller's object may change after). */
   readonly #options: RemoteOptions;
   readonly #maxQueue: number;
   readonly #admit: ((request: SpawnRequest) => void) | undefined;
   #pool: RemotePool | undefined;
   #loading: Promise<RemotePool> | undefined;
-  /** Commands submitted while the module loads. */
-  #held = 0;
+  /** Commands submitted while the module loads, in order. */
+  #held: Submission[] = [];
   #closed: Promise<void> | undefined;
 
   /**
@@ -30,8 +31,7 @@ export class DeferredRemotePool implements Scheduler {
    * @throws {TypeError} For bad options.
    */
   constructor(options: RemoteOptions, maxQueue: number, admit?: (request: SpawnRequest) => void) {
-    checkRemoteOptions(options);
-    this.#options = options;
+    this.#options = checkRemoteOptions(options);
     this.#maxQueue = maxQueue;
     this.#admit = admit;
   }
@@ -51,27 +51,14 @@ export class DeferredRemotePool implements Scheduler {
   submit(submission: Submission): void {
     if (this.#pool !== undefined) return this.#pool.submit(submission);
     if (this.#closed) return submission.reject(poolClosed(submission.request.cmd));
-    this.#held++;
-    this.#load().then(
-      (pool) => {
-        this.#held--;
-        pool.submit(submission);
-      },
-      (error) => {
-        this.#held--;
-        submission.reject(
-          new SpawnPoolError("ERR_REMOTE_CONNECT", `Could not load the remote pool: ${String(error)}`, {
-            command: submission.request.cmd,
-            cause: error,
-          }),
-        );
-      },
-    );
+    this.#held.push(submission);
+    void this.#load().catch(() => {}); // what failed is told to the held commands and to ready()
   }
 
   /** The remote pool's counts; before it is loaded, the commands held meanwhile. */
   stats(): PoolStats {
-    return this.#pool?.stats() ?? { runtime: "remote", inFlight: 0, queued: this.#held, started: 0, workers: [] };
+    return this.#pool?.stats() ??
+      { runtime: "remote", inFlight: 0, queued: this.#held.length, started: 0, workers: [] };
   }
 
   /**
@@ -85,11 +72,26 @@ export class DeferredRemotePool implements Scheduler {
     return this.#closed;
   }
 
+  /** The remote pool, once loaded; the commands held meanwhile go to it first, in order, or fail with the load. */
   #load(): Promise<RemotePool> {
-    this.#loading ??= import("./remote_pool.ts").then(({ RemotePool }) => {
-      this.#pool = new RemotePool(this.#options, this.#maxQueue, this.#admit);
-      return this.#pool;
-    });
+    this.#loading ??= import("./remote_pool.ts").then(
+      ({ RemotePool }) => {
+        const pool = new RemotePool(this.#options, this.#maxQueue, this.#admit);
+        for (const submission of this.#held.splice(0)) pool.submit(submission);
+        this.#pool = pool;
+        return pool;
+      },
+      (error) => {
+        const failure = (command?: string) =>
+          new SpawnPoolError("ERR_REMOTE_CONNECT", `Could not load the remote pool: ${String(error)}`, {
+            command,
+            cause: error,
+          });
+        for (const submission of this.#held.splice(0)) submission.reject(failure(submission.request.cmd));
+        this.#loading = undefined; // the next use tries again (and fails alike, the import being cached)
+        throw failure();
+      },
+    );
     return this.#loading;
   }
 }

@@ -12,7 +12,8 @@ import { tmpdir } from "node:os";
 import { dirname } from "node:path";
 import { describe, it } from "node:test";
 import { connectedPair, listenForWorker } from "../adapters/_net_listener.ts";
-import { SECRET_BYTES } from "../adapters/_unix_handshake.ts";
+import { handshake, SECRET_BYTES } from "../adapters/_unix_handshake.ts";
+import { withTimeout } from "./_helpers.ts";
 
 function open(path: string): Promise<Socket> {
   return new Promise((resolve, reject) => {
@@ -55,6 +56,28 @@ for (const abstract of [true, false]) {
       await assert.rejects(open(path), "nobody can connect once the worker is in");
       channel.close();
       worker.destroy();
+    });
+
+    it("takes a worker that connects before the host's write of its bootstrap line has resolved", async () => {
+      const pending = await listenForWorker(abstract);
+      const { path, secret } = JSON.parse(pending.bootstrapLine) as { path: string; secret: string };
+      let worker: Socket | undefined;
+      const channel = await withTimeout(
+        handshake(pending, {
+          exited: new Promise<never>(() => {}),
+          async sendLine() {
+            // The worker has the line, connects and presents the secret; the host's write resolves only later.
+            worker = await open(path);
+            worker.write(Uint8Array.from(secret.match(/../g)!, (hex) => parseInt(hex, 16)));
+            await new Promise((resolve) => setTimeout(resolve, 100));
+          },
+          kill: () => assert.fail("the worker is killed only when the handshake fails"),
+        }),
+        5_000,
+        "the worker's early connection went unheard",
+      );
+      channel.close();
+      worker!.destroy();
     });
   });
 }
