@@ -118,49 +118,45 @@ export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string
 export const NATIVE_WORKER_PACKAGE: string = `@spawnpool/worker-${system.platform}-${system.arch}`;
 
 /**
- * Where the native worker is looked for: `native/build/spawnpool-worker` next to this module in a checkout
- * (`npm run build:native`), `dist/native/spawnpool-worker-<platform>-<arch>` in a checkout's dist/, and the
- * per-platform optional package's `bin/spawnpool-worker` where a package manager installed spawnpool. None for a
+ * Where the native worker is looked for first: `native/build/spawnpool-worker` next to this module in a checkout
+ * (`npm run build:native`), then `dist/native/spawnpool-worker-<platform>-<arch>` in a checkout's dist/. None for a
  * remote module (JSR, a URL).
  */
-function* nativeWorkerCandidates(): Generator<string> {
-  if (!import.meta.url.startsWith("file:")) return;
-  for (
-    const path of [`../native/build/spawnpool-worker`, `../native/spawnpool-worker-${system.platform}-${system.arch}`]
-  ) {
-    yield fileUrlToPath(new URL(path, import.meta.url).href);
-  }
-  const installed = installedWorker(); // looked for only when no local build is there
-  if (installed !== undefined) yield installed;
+function localWorkers(): string[] {
+  if (!import.meta.url.startsWith("file:")) return [];
+  return [`../native/build/spawnpool-worker`, `../native/spawnpool-worker-${system.platform}-${system.arch}`].map(
+    (path) => fileUrlToPath(new URL(path, import.meta.url).href),
+  );
 }
 
 /**
- * The per-platform package's `bin/spawnpool-worker`, where Node would resolve that dependency of spawnpool's: in the
- * nearest `node_modules/<package>` of this module's directory or one above it that holds it (npm, Bun, pnpm, Deno with
- * a node_modules folder). Without one, the runtime's own resolver through `node:module` (Deno's global npm cache,
- * Yarn's Plug'n'Play), asked only then: it costs a Deno process 15 ms.
+ * Where a package manager put the per-platform optional package's `bin/spawnpool-worker`, in the order Node would
+ * resolve that dependency of spawnpool's: `node_modules/<package>` in this module's directory and each one above it
+ * (npm, Bun, pnpm, Deno with a node_modules folder), then where the runtime's own resolver finds it through
+ * `node:module` (Deno's global npm cache, Yarn's Plug'n'Play), asked only when none of those holds it: it costs a Deno
+ * process 15 ms. None for a remote module.
  */
-function installedWorker(): string | undefined {
+function* installedWorkers(): Generator<string> {
+  if (!import.meta.url.startsWith("file:")) return;
   const inPackage = (dir: string) => joinPath(dir, "bin", "spawnpool-worker");
   for (const dir of upward(dirnameOf(fileUrlToPath(import.meta.url)))) {
     if (dir.endsWith("/node_modules")) continue; // no node_modules/node_modules
-    const candidate = inPackage(joinPath(dir, "node_modules", NATIVE_WORKER_PACKAGE));
-    if (executable(candidate)) return candidate;
+    yield inPackage(joinPath(dir, "node_modules", NATIVE_WORKER_PACKAGE));
   }
   try {
     const { process } = globalThis as unknown as { process: NodeJS.Process };
     const { createRequire } = process.getBuiltinModule("node:module") as typeof import("node:module");
-    return inPackage(dirnameOf(createRequire(import.meta.url).resolve(`${NATIVE_WORKER_PACKAGE}/package.json`)));
+    yield inPackage(dirnameOf(createRequire(import.meta.url).resolve(`${NATIVE_WORKER_PACKAGE}/package.json`)));
   } catch {
-    return undefined; // not installed: another platform's, a checkout, or optional dependencies left out
+    // Not installed: another platform's, a checkout, or optional dependencies left out.
   }
 }
 
 let nativeFound: string | undefined | null = null;
 
-/** The native worker's executable, looked for once per process; undefined when there is none. */
+/** The native worker's executable, looked for once per process (each place once); undefined when there is none. */
 export function findNativeWorker(): string | undefined {
-  if (nativeFound === null) nativeFound = firstExecutable(nativeWorkerCandidates());
+  if (nativeFound === null) nativeFound = firstExecutable(localWorkers()) ?? firstExecutable(installedWorkers());
   return nativeFound;
 }
 
@@ -168,12 +164,15 @@ export function findNativeWorker(): string | undefined {
 export function nativeWorkerPath(): string {
   const found = findNativeWorker();
   if (found !== undefined) return found;
-  const candidates = [...nativeWorkerCandidates()];
+  const local = localWorkers();
   throw new SpawnPoolError(
     "ERR_WORKER_START",
     `No native worker for ${system.platform}-${system.arch} ` +
       `(looked for ${
-        candidates.length > 0 ? candidates.map((c) => `"${c}"`).join(", ") : "none outside a local file"
+        local.length > 0
+          ? `${local.map((path) => `"${path}"`).join(", ")} and ${NATIVE_WORKER_PACKAGE}'s bin/spawnpool-worker in ` +
+            `node_modules from ${dirnameOf(fileUrlToPath(import.meta.url))} upward`
+          : "none outside a local file"
       }); ` +
       `install spawnpool from npm with its optional dependency ${NATIVE_WORKER_PACKAGE} (npm install, bun add, ` +
       "deno add npm:spawnpool), build one with `npm run build:native` in a checkout of spawnpool, " +
