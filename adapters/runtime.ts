@@ -118,15 +118,17 @@ export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string
 export const NATIVE_WORKER_PACKAGE: string = `@spawnpool/worker-${system.platform}-${system.arch}`;
 
 /**
- * Where the native worker is looked for first: `native/build/spawnpool-worker` next to this module in a checkout
- * (`npm run build:native`), then `dist/native/spawnpool-worker-<platform>-<arch>` in a checkout's dist/. None for a
- * remote module (JSR, a URL).
+ * Where the native worker is looked for first: for the sources (a checkout's `adapters/runtime.ts`), the build of
+ * `npm run build:native` in `native/build/spawnpool-worker`; for the bundle (`dist/lib/`), the copy a checkout's build
+ * puts in `dist/native/spawnpool-worker-<platform>-<arch>`. Only the one that can exist is looked at (a `stat` that
+ * fails costs a Deno process about 0.4 ms). None for a remote module (JSR, a URL).
  */
 function localWorkers(): string[] {
   if (!import.meta.url.startsWith("file:")) return [];
-  return [`../native/build/spawnpool-worker`, `../native/spawnpool-worker-${system.platform}-${system.arch}`].map(
-    (path) => fileUrlToPath(new URL(path, import.meta.url).href),
-  );
+  const path = import.meta.url.endsWith(".ts")
+    ? "../native/build/spawnpool-worker"
+    : `../native/spawnpool-worker-${system.platform}-${system.arch}`;
+  return [fileUrlToPath(new URL(path, import.meta.url).href)];
 }
 
 /**
