@@ -90,8 +90,6 @@ const EXIT_GRACE_MS = 5_000;
 /** The runtime-neutral pool; the public `Pool` binds it to the detected platform. */
 export class PoolCore implements Scheduler {
   readonly #platform: Platform;
-  /** The host runtime's cheapest timer, for a new worker's hello deadline (`setTimeout` where it has none). */
-  readonly #timer: ((ms: number, callback: () => void) => () => void) | undefined;
   readonly #size: number;
   #runtime: WorkerRuntime;
   /**
@@ -156,7 +154,6 @@ export class PoolCore implements Scheduler {
     }
     this.#inHostOpen = options.startInHost === true && platform.inHost !== undefined;
     this.#platform = platform;
-    this.#timer = platform.host.unrefTimer?.bind(platform.host);
     this.#size = size;
     this.#runtime = runtime;
     this.#native = options.runtime === undefined && options.execPath === undefined ? "undecided" : "no";
@@ -457,7 +454,11 @@ export class PoolCore implements Scheduler {
       const first = this.#workers.length === 0 && this.#starting === 1; // this start is counted in #starting
       const launch = { ...this.#platform.launch(runtime, this.#execPath), first };
       const process = await this.#platform.host.startWorker(launch);
-      const handle = new WorkerHandle(process, (closed) => this.#onWorkerClosed(closed), { timer: this.#timer });
+      // The hello's deadline on the host runtime's cheapest timer (setTimeout where it has none).
+      const { host } = this.#platform;
+      const handle = new WorkerHandle(process, (closed) => this.#onWorkerClosed(closed), {
+        timer: host.unrefTimer?.bind(host),
+      });
       if (!this.#wanted) {
         this.#retire(handle); // the pool closed while this worker started
         return undefined;

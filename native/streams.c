@@ -63,6 +63,12 @@ void release_streams(struct job *job) {
 /* One read's worth of output that is not kept where it lands: a buffered command's first read, a released socket's rest. */
 static uint8_t scratch[OUTPUT_READ_BYTES];
 
+/* Bytes waiting unread in `fd` (a pipe or a socket), or -1 when it cannot be told. */
+static int unread_bytes(int fd) {
+  int unread = 0;
+  return ioctl(fd, FIONREAD, &unread) == 0 ? unread : -1;
+}
+
 /*
  * Whether the command is asleep in a kernel function whose name starts with one of `names` (Linux's /proc/<pid>/wchan;
  * false where that cannot be read).
@@ -119,8 +125,7 @@ void release_stream(struct job *job, int fd) {
     close_stream(job, fd, false);
     return;
   }
-  int unread = 0;
-  bool never_written = !job->wrote[fd] && ioctl(w->fd, FIONREAD, &unread) == 0 && unread == 0;
+  bool never_written = !job->wrote[fd] && unread_bytes(w->fd) == 0;
   if (never_written || waiting_not_writing(job->pid)) {
     for (int i = 0; i < 16 && read(w->fd, scratch, sizeof scratch) > 0; i++) {}
     close_stream(job, fd, false);
@@ -144,8 +149,8 @@ void check_lingering(struct job *job) {
   bool left = false;
   for (int fd = 1; fd <= 2; fd++) {
     if (!job->lingering[fd]) continue;
-    int unread = -1;
-    bool gone = ioctl(job->w_out[fd].fd, FIONREAD, &unread) != 0 || now >= job->linger_until;
+    int unread = unread_bytes(job->w_out[fd].fd);
+    bool gone = unread < 0 || now >= job->linger_until;
     if (!gone && unread != job->linger_unread[fd]) {
       job->linger_unread[fd] = unread;
       job->linger_since[fd] = now;
@@ -229,8 +234,7 @@ void update_pause(struct job *job, int fd) {
  */
 bool output_waiting(struct job *job) {
   for (int fd = 1; fd <= 2; fd++) {
-    int waiting = 0;
-    if (job->open[fd] && job->w_out[fd].fd >= 0 && ioctl(job->w_out[fd].fd, FIONREAD, &waiting) == 0 && waiting > 0) {
+    if (job->open[fd] && job->w_out[fd].fd >= 0 && unread_bytes(job->w_out[fd].fd) > 0) {
       return true;
     }
   }

@@ -23,6 +23,7 @@ import {
   type StreamFd,
 } from "../core/frame.ts";
 import { FrameWriter } from "../core/frame_writer.ts";
+import { setTimer } from "../core/timer.ts";
 import { Job, parseRequest, type StdinOp } from "./job.ts";
 
 /**
@@ -92,9 +93,7 @@ class Server {
    * has one (the job's child and its pipes keep the process alive meanwhile), else `setTimeout`.
    */
   #timer(ms: number, callback: () => void): () => void {
-    if (this.#adapter.unrefTimer !== undefined) return this.#adapter.unrefTimer(ms, callback);
-    const timer = setTimeout(callback, ms);
-    return () => clearTimeout(timer);
+    return this.#adapter.unrefTimer !== undefined ? this.#adapter.unrefTimer(ms, callback) : setTimer(ms, callback);
   }
 
   /** Inside the host: lets its commands keep it alive, or not. */
