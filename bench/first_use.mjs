@@ -1,0 +1,143 @@
+// First use: what a runtime charges the first time a script does something on spawnpool's way to its first command,
+// each timed inside a fresh process (`performance.now()` around the one call), runs interleaved, medians in ms. These
+// are the costs the cold start (bench/cold_start.mjs) is made of, measured one at a time:
+//
+// - every host: importing spawnpool's bundle against an empty module, and the time from the import to the output of
+//   its first command through the default pool (`new Command("echo", { args: ["hi"] }).output()`);
+// - Deno: the first `setTimeout` (Deno's is Node's, loaded on first use) against the first `Atomics.waitAsync` and
+//   `AbortSignal.timeout`; a failing `Deno.statSync` followed by one that finds its file, against the second alone;
+// - Bun: loading `node:fs` (what a `stat` needs) against a `Bun.which` in one directory;
+// - Node: making a connected socket pair through a private listener (`connectedPair`, how a Node host's later workers
+//   get their channel) the first and the second time in a process.
+//
+// Run: `node bench/first_use.mjs` (it builds dist/). Options (env): BENCH_ROUNDS (default 21), BENCH_OTHER (another
+// checkout, its dist/ built: its bundle's rows beside this one's, "(other)", for a before/after). Writes the table to
+// stdout.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { pathToFileURL } from "node:url";
+import { countOf, median } from "../support/fixture.mjs";
+import { bin, buildDist, root } from "../support/setup.mjs";
+
+const ROUNDS = countOf("BENCH_ROUNDS", 21);
+const OTHER = process.env.BENCH_OTHER;
+buildDist();
+
+const hosts = {
+  node: [process.execPath],
+  deno: [join(bin, "deno"), "run", "-A", "--quiet"],
+  bun: [join(bin, "bun")],
+};
+const scratch = mkdtempSync(join(tmpdir(), "spawnpool-first-use-"));
+process.on("exit", () => rmSync(scratch, { recursive: true, force: true }));
+const empty = join(scratch, "empty.mjs");
+writeFileSync(empty, "export const nothing = 0;\n");
+
+/** A probe's script: `body` runs between two clock readings; what it leaves in `ms` is printed if it sets it. */
+const timed = (body) =>
+  `let ms; const t0 = performance.now();\n${body}\nms ??= performance.now() - t0;\nconsole.log(JSON.stringify({ ms }));\n`;
+const mod = (from) => pathToFileURL(join(from, "dist", "mod.js")).href;
+const listener = (from) =>
+  pathToFileURL(join(
+    from,
+    "dist",
+    "lib",
+    readdirSync(join(from, "dist", "lib")).find(
+      (name) => name.startsWith("_net_listener-"),
+    ),
+  )).href;
+const nativeWorker = join(root, "dist", "native", `spawnpool-worker-${process.platform}-${process.arch}`);
+
+const probes = [];
+for (const host of Object.keys(hosts)) {
+  probes.push({ host, name: "import an empty module", script: timed(`await import(${JSON.stringify(empty)});`) });
+  for (const [label, from] of [["", root], [" (other)", OTHER]]) {
+    if (from === undefined) continue;
+    probes.push({
+      host,
+      name: `import spawnpool${label}`,
+      script: timed(`await import(${JSON.stringify(mod(from))});`),
+    });
+    probes.push({
+      host,
+      name: `import to the first command's output${label}`,
+      script: `const m = await import(${JSON.stringify(mod(from))});\n` +
+        timed(`await new m.Command("echo", { args: ["hi"] }).output();`),
+    });
+  }
+}
+probes.push(
+  {
+    host: "deno",
+    name: "first setTimeout (set, cleared)",
+    script: timed("clearTimeout(setTimeout(() => {}, 30000));"),
+  },
+  {
+    host: "deno",
+    name: "first Atomics.waitAsync (set, cancelled)",
+    script: timed(
+      "const c = new Int32Array(new SharedArrayBuffer(4)); Atomics.waitAsync(c, 0, 0, 30000); " +
+        "Atomics.notify(c, 0);",
+    ),
+  },
+  { host: "deno", name: "first AbortSignal.timeout", script: timed("AbortSignal.timeout(30000);") },
+  {
+    host: "deno",
+    name: "Deno.statSync: a missing path, then the worker",
+    script: timed(
+      `try { Deno.statSync(${JSON.stringify(`${nativeWorker}-missing`)}); } catch {}\n` +
+        `Deno.statSync(${JSON.stringify(nativeWorker)});`,
+    ),
+  },
+  {
+    host: "deno",
+    name: "Deno.statSync: the worker alone",
+    script: timed(`Deno.statSync(${JSON.stringify(nativeWorker)});`),
+  },
+  {
+    host: "bun",
+    name: "load node:fs (process.getBuiltinModule)",
+    script: timed(`process.getBuiltinModule("node:fs");`),
+  },
+  {
+    host: "bun",
+    name: "Bun.which in the worker's directory",
+    script: timed(
+      `Bun.which("spawnpool-worker-${process.platform}-${process.arch}", ` +
+        `{ PATH: ${JSON.stringify(join(root, "dist", "native"))} });`,
+    ),
+  },
+  ...["first", "second"].map((which) => ({
+    host: "node",
+    name: `connectedPair, the ${which} in the process`,
+    script: `const { connectedPair } = await import(${JSON.stringify(listener(root))});\n` +
+      `const onread = { buffer: new Uint8Array(65536), callback: () => true };\n` +
+      (which === "second" ? "{ const p = await connectedPair(onread); p.host.destroy(); p.worker.destroy(); }\n" : "") +
+      timed("const pair = await connectedPair(onread);") + "pair.host.destroy(); pair.worker.destroy();\n",
+  })),
+);
+
+for (const [i, probe] of probes.entries()) {
+  probe.file = join(scratch, `probe-${i}.mjs`);
+  writeFileSync(probe.file, probe.script);
+  probe.ms = [];
+}
+for (let round = 0; round < ROUNDS; round++) {
+  for (let i = 0; i < probes.length; i++) {
+    const probe = probes[(i + round) % probes.length]; // the order rotates each round
+    const [cmd, ...args] = hosts[probe.host];
+    const run = spawnSync(cmd, [...args, probe.file], { encoding: "utf8", cwd: scratch });
+    if (run.status !== 0) throw new Error(`${probe.host} ${probe.name}: exit ${run.status}\n${run.stderr}`);
+    probe.ms.push(JSON.parse(run.stdout.trim().split("\n").at(-1)).ms);
+  }
+}
+
+console.log(`# First use (${new Date().toISOString().slice(0, 10)})\n`);
+console.log(
+  `\`node bench/first_use.mjs\`: ${ROUNDS} interleaved runs of each probe, each in a fresh process; medians.\n`,
+);
+console.log("| host | probe | ms |\n| ---- | ----- | -- |");
+for (const probe of probes) console.log(`| ${probe.host} | ${probe.name} | ${median(probe.ms).toFixed(2)} |`);
