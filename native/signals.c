@@ -14,7 +14,7 @@ bool use_pidfd;
 #endif
 static int signal_pipe[2] = {-1, -1};
 struct watch signal_watch = {-1, W_SIGNALS, 0, 0, NULL};
-sigset_t default_signals; /* what commands get back to default: whatever this worker ignores */
+sigset_t changed_signals; /* what commands get back to default: whatever this worker ignores or handles */
 
 static void on_signal(int sig) {
   int saved = errno;
@@ -41,17 +41,17 @@ void read_signals(void) {
   }
 }
 
-/* The signals a command gets back to their default disposition: every one this worker ignores (SIGPIPE, ...). */
-static void compute_default_signals(void) {
-  sigemptyset(&default_signals);
+/* Adds to changed_signals every signal this worker ignores (SIGPIPE, and what its parent left ignored). */
+static void add_ignored_signals(void) {
   for (int sig = 1; sig < NSIG; sig++) {
     struct sigaction sa;
     if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0) continue;
-    if (sa.sa_handler == SIG_IGN) sigaddset(&default_signals, sig);
+    if (sa.sa_handler == SIG_IGN) sigaddset(&changed_signals, sig);
   }
 }
 
 static void install_handler(int sig) {
+  sigaddset(&changed_signals, sig);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -61,12 +61,13 @@ static void install_handler(int sig) {
 }
 
 /*
- * Ignores SIGPIPE, records what commands get back to default, and handles SIGTERM, SIGINT, SIGHUP and SIGCHLD
+ * Ignores SIGPIPE, records what commands get back to default (changed_signals), and handles SIGTERM, SIGINT, SIGHUP and SIGCHLD
  * through the signal pipe (and sees whether pidfds work); false when that pipe cannot be made.
  */
 bool signals_init(void) {
   signal(SIGPIPE, SIG_IGN);
-  compute_default_signals();
+  sigemptyset(&changed_signals);
+  add_ignored_signals();
   if (pipe(signal_pipe) != 0) return false;
   for (int i = 0; i < 2; i++) {
     fcntl(signal_pipe[i], F_SETFD, FD_CLOEXEC);

@@ -38,6 +38,24 @@ await forEachWorker(title, (pool, runtime, workers) => {
     assert.equal(await withTimeout(cancelledYes(pool), 5000, "yes is still running"), undefined);
   });
 
+  it(
+    "a command starts with no signal blocked or caught; from a native worker, none ignored either",
+    { skip: process.platform !== "linux" && "reads the command's /proc/self/status" },
+    async () => {
+      const { stdout } = await pool.command("cat", { args: ["/proc/self/status"] }).output();
+      const masks = Object.fromEntries(
+        [...text(stdout).matchAll(/^(Sig\w+|ShdPnd):\s*([0-9a-f]+)$/gm)].map(([, name, hex]) => [name, BigInt(`0x${hex}`)]),
+      );
+      assert.equal(masks.SigBlk, 0n, "blocked signals");
+      assert.equal(masks.SigCgt, 0n, "caught signals");
+      // SIGPIPE (13) is ignored by every worker runtime and must not reach the command so.
+      assert.equal((masks.SigIgn >> 12n) & 1n, 0n, "SIGPIPE ignored");
+      // The native worker sets back whatever it ignores, SIGPIPE and what its own parent left ignored (nohup's
+      // SIGHUP): the JavaScript workers leave the latter to their runtime's spawn.
+      if (workers.runtime === "native" && !workers.remote) assert.equal(masks.SigIgn, 0n, "ignored signals");
+    },
+  );
+
   const itHostKilled = itUnlessRemote(
     workers,
     "the agent, not a worker of the host's, runs the command: it ends the command when the caller's inbox is gone or " +
