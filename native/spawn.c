@@ -66,7 +66,7 @@ struct child_plan {
  * failure in `failed`. Its signals are blocked from before the vfork until only default dispositions are left:
  * the signals this worker changed (changed_signals) are set back, all the others already are (a handler does not
  * outlive an exec). That is a few sigaction calls where glibc's posix_spawn makes one or two for each of the 64
- * signals, in the child, while the worker waits for its exec: about 30 µs of a 650 µs `true`.
+ * signals, in the child, while the worker waits for its exec.
  */
 static pid_t vfork_exec(const struct child_plan *plan, int *err) {
   volatile int failed = 0;

@@ -44,7 +44,9 @@ await forEachWorker(title, (pool, runtime, workers) => {
     async () => {
       const { stdout } = await pool.command("cat", { args: ["/proc/self/status"] }).output();
       const masks = Object.fromEntries(
-        [...text(stdout).matchAll(/^(Sig\w+|ShdPnd):\s*([0-9a-f]+)$/gm)].map(([, name, hex]) => [name, BigInt(`0x${hex}`)]),
+        [...text(stdout).matchAll(/^(Sig\w+|ShdPnd):\s*([0-9a-f]+)$/gm)].map((
+          [, name, hex],
+        ) => [name, BigInt(`0x${hex}`)]),
       );
       assert.equal(masks.SigBlk, 0n, "blocked signals");
       assert.equal(masks.SigCgt, 0n, "caught signals");
