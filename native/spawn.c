@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,10 +67,25 @@ struct child_plan {
  * vfork + execve: every command on Linux, and elsewhere what posix_spawn cannot express (uid, gid; a cwd without
  * addchdir_np). The child shares the worker's memory until it execs, so it only makes system calls and records a
  * failure in `failed`. Its signals are blocked from before the vfork until only default dispositions are left:
- * the signals this worker changed (changed_signals) are set back, all the others already are (a handler does not
- * outlive an exec). That is a few sigaction calls where glibc's posix_spawn makes one or two for each of the 64
- * signals, in the child, while the worker waits for its exec.
+ * the signals this worker changed (changed_signals) are set back, and the C library's own (see reset_libc_signals);
+ * all the others already are default (a handler does not outlive an exec). That is a few sigaction calls where
+ * glibc's posix_spawn makes one or two for each of the 64 signals, in the child, while the worker waits for its exec.
  */
+#ifdef __linux__
+/*
+ * Sets the signals glibc and musl keep for themselves (32-34, which their sigaction refuses) back to default with the
+ * system call: a parent can leave them ignored (a Deno host's spawn does, through glibc's posix_spawn), and its
+ * commands would start so. An all-zero kernel sigaction is SIG_DFL with no flags and an empty mask, whatever the
+ * architecture's layout of the struct.
+ */
+static void reset_libc_signals(void) {
+  unsigned long zero[8] = {0};
+  for (int sig = 32; sig <= 34; sig++) syscall(SYS_rt_sigaction, sig, zero, NULL, (size_t)8); /* the kernel sigset_t: 64 bits */
+}
+#else
+static void reset_libc_signals(void) {}
+#endif
+
 static pid_t vfork_exec(const struct child_plan *plan, int *err) {
   volatile int failed = 0;
   sigset_t all, old;
@@ -81,18 +99,26 @@ static pid_t vfork_exec(const struct child_plan *plan, int *err) {
     for (int sig = 1; sig < NSIG; sig++) {
       if (sigismember(&changed_signals, sig) == 1) sigaction(sig, &dfl, NULL);
     }
+    reset_libc_signals();
     if (plan->detached ? setsid() < 0 : setpgid(0, 0) < 0) goto fail;
     int null_fd = -1;
     for (int fd = 0; fd < 3; fd++) {
       int from = plan->stdio_fd[fd];
       if (from == -2) continue;
       if (from == -1) {
-        /* Close-on-exec: only its dup2'd copies reach the command (fds 0-2 stay taken: it cannot be `fd`). */
-        if (null_fd < 0) null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-        if (null_fd < 0) goto fail;
+        if (null_fd < 0) {
+          /*
+           * The slot is closed first, as posix_spawn's addopen does, so that a full fd table (the worker's pidfds)
+           * still has room: /dev/null lands in the slot (the ones below it are set, the worker's own 0-2 above it).
+           * Close-on-exec but in its slot, so a copy dup2'd to a later slot closes at the exec.
+           */
+          close(fd);
+          null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+          if (null_fd < 0) goto fail;
+        }
         from = null_fd;
       }
-      if (dup2(from, fd) < 0) goto fail;
+      if (from == fd ? fcntl(fd, F_SETFD, 0) < 0 : dup2(from, fd) < 0) goto fail;
     }
     if (plan->cwd != NULL && chdir(plan->cwd) < 0) goto fail;
     if (plan->set_gid || plan->set_uid) (void)setgroups(0, NULL);
