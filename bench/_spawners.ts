@@ -75,6 +75,13 @@ export function nativeOutput(cmd: string, args: readonly string[]): Promise<Uint
   });
 }
 
+/** A kB field of /proc/<pid>/status (VmRSS, VmHWM, ...); throws where there is none (not Linux, a process gone). */
+export function statusKb(pid: number, field: string): number {
+  const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith(`${field}:`));
+  if (line === undefined) throw new Error(`/proc/${pid}/status has no ${field}`);
+  return Number(line.split(/\s+/)[1]);
+}
+
 /** CPU time in µs of a process itself and of its reaped children, from /proc (Linux; USER_HZ is 100). */
 export function processCpu(pid: number | "self"): { self: number; children: number } | null {
   try {

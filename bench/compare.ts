@@ -36,7 +36,7 @@ import {
   untilReady,
   writeCatFixture,
 } from "../support/fixture.mjs";
-import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput, processCpu } from "./_spawners.ts";
+import { HOST, loadSpawnpool, loadSpawnpoolNode, nativeOutput, processCpu, statusKb } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
 const SPAWNS = countOf("BENCH_SPAWNS", 300);
@@ -153,10 +153,30 @@ interface CpuSplit {
   workersUs: number;
   commandsUs: number;
   machineBusyPct: number;
+  /** The largest peak resident memory (VmHWM) of the pool's workers by the end, KB; null without workers. */
+  workerPeakRssKb: number | null;
+}
+
+/** The largest peak resident memory (VmHWM, KB) of `pids`, from /proc/<pid>/status; null for none or unreadable. */
+function peakRssKb(pids: number[]): number | null {
+  let peak: number | null = null;
+  for (const pid of pids) {
+    try {
+      peak = Math.max(peak ?? 0, statusKb(pid, "VmHWM"));
+    } catch {
+      // gone or not Linux
+    }
+  }
+  return peak;
 }
 
 function cpuSnapshot(pids: number[]) {
-  return { host: processCpu("self"), workers: pids.map(processCpu), machine: machineCpu() };
+  return {
+    host: processCpu("self"),
+    workers: pids.map(processCpu),
+    machine: machineCpu(),
+    workerPeakRssKb: peakRssKb(pids),
+  };
 }
 
 function cpuSplit(before: ReturnType<typeof cpuSnapshot>, after: ReturnType<typeof cpuSnapshot>, spawns: number) {
@@ -174,6 +194,7 @@ function cpuSplit(before: ReturnType<typeof cpuSnapshot>, after: ReturnType<type
     workersUs: Math.round(workersUs / spawns),
     commandsUs: Math.round(commandsUs / spawns),
     machineBusyPct: Math.round((m1.busy - m0.busy) / (m1.total - m0.total) * 100),
+    workerPeakRssKb: after.workerPeakRssKb,
   };
 }
 
@@ -248,6 +269,11 @@ function summarize(runs: Measurement[]): Omit<Measurement, "window"> {
         workersUs: median(runs.map((r) => r.cpu!.workersUs)),
         commandsUs: median(runs.map((r) => r.cpu!.commandsUs)),
         machineBusyPct: median(runs.map((r) => r.cpu!.machineBusyPct)),
+        // A peak: the largest of the runs.
+        workerPeakRssKb: runs.reduce<number | null>((peak, r) => {
+          const kb = r.cpu!.workerPeakRssKb;
+          return kb === null ? peak : Math.max(peak ?? 0, kb);
+        }, null),
       }
       : null,
   };

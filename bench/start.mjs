@@ -137,17 +137,22 @@ const split = (cpu, workers) =>
   cpu
     ? `${cpu.hostUs}${workers ? ` / ${cpu.workersUs}` : ""} / ${cpu.commandsUs} | ${cpu.machineBusyPct}%`
     : "n/a | n/a";
+const peakMB = (cpu) => cpu?.workerPeakRssKb == null ? "n/a" : (cpu.workerPeakRssKb / 1024).toFixed(1);
 const cpuRows = groups.flatMap((r) =>
   r.cases.filter((c) => c.inFlight === 30).map((c) =>
-    `| ${r.label} | ${c.workload} | ${split(c.native.cpu, false)} | ${split(c.pool.cpu, true)} |`
+    `| ${r.label} | ${c.workload} | ${split(c.native.cpu, false)} | ${split(c.pool.cpu, true)} | ${
+      peakMB(c.pool.cpu)
+    } |`
   )
 );
 const cpuTable = cpuRows.length === 0 ? [] : [
   "",
-  "CPU per spawn at 30 in flight, µs (user+sys; commands = the spawned processes, counted when reaped):",
+  "CPU per spawn at 30 in flight, µs (user+sys; commands = the spawned processes, counted when reaped), and the " +
+  "largest peak resident memory of a worker by then (VmHWM):",
   "",
-  "| host (workers) | workload | native: host / commands | machine busy | pool: host / workers / commands | machine busy |",
-  "|---|---|---|---|---|---|",
+  "| host (workers) | workload | native: host / commands | machine busy | pool: host / workers / commands | machine busy " +
+  "| worker peak RSS, MB |",
+  "|---|---|---|---|---|---|---|",
   ...cpuRows,
 ];
 const ceilingTable = ceiling === undefined ? [] : [

@@ -1,6 +1,6 @@
 // The speed targets the native worker is held to, checked against one `npm start` run: pool/native ratios of the
-// native-worker rows per host, and the best pooled row against the C spawn loop measured in the same run. Each line
-// says met or missed, and by how much.
+// native-worker rows per host, the native worker's own CPU per echo and its peak memory, and the best pooled row
+// against the C spawn loop measured in the same run. Each line says met or missed, and by how much.
 
 /** Pool/native at least `ratio` for `host`'s native-worker rows of `workload` (a name prefix) at `inFlight`. */
 const TARGETS = [
@@ -15,6 +15,9 @@ const TARGETS = [
 ];
 /** The best pooled configuration's share of the C loop's spawns/s (one thread, 30 in flight). */
 const CEILING_SHARE = 0.9;
+/** A native worker's own CPU per echo at 30 in flight, µs (at most), and its peak resident memory, KB (at most). */
+const WORKER_CPU_US = 80;
+const WORKER_RSS_KB = 4096;
 
 const verdict = (value, target) => value >= target ? "met" : `missed by ${((1 - value / target) * 100).toFixed(0)} %`;
 
@@ -24,14 +27,34 @@ const verdict = (value, target) => value >= target ? "met" : `missed by ${((1 - 
  */
 export function targetLines(results, groups, ceiling) {
   const lines = ["| target | measured | verdict |", "|---|---|---|"];
+  /** The native-worker cases of `host`'s run (its `output()` path), or undefined where it did not run. */
+  const nativeCases = (host) =>
+    results.find((r) => r.host === host)?.paths.find((path) => path.workers === "native" && path.api !== "execFile")
+      ?.cases;
   for (const t of TARGETS) {
-    const run = results.find((r) => r.host === t.host);
-    const index = run?.paths.findIndex((path) => path.workers === "native" && path.api !== "execFile") ?? -1;
-    const c = index < 0
-      ? undefined
-      : run.paths[index].cases.find((x) => x.workload.startsWith(t.workload) && x.inFlight === t.inFlight);
+    const c = nativeCases(t.host)?.find((x) => x.workload.startsWith(t.workload) && x.inFlight === t.inFlight);
     const name = `${t.host} host, native workers, ${t.workload} at ${t.inFlight} in flight: ≥ ${t.ratio}x native`;
     lines.push(c ? `| ${name} | ${c.ratio.toFixed(2)}x | ${verdict(c.ratio, t.ratio)} |` : `| ${name} | not run | — |`);
+  }
+  // The worker's own cost, on each host's native rows (its CPU split and /proc readings: Linux only).
+  for (const { host } of results) {
+    const cases = nativeCases(host)?.filter((x) => x.pool.cpu !== null) ?? [];
+    const echo = cases.find((x) => x.workload.startsWith("echo") && x.inFlight === 30);
+    if (echo) {
+      const us = echo.pool.cpu.workersUs;
+      lines.push(
+        `| ${host} host: native worker CPU per echo at 30 in flight ≤ ${WORKER_CPU_US} µs | ${us} µs | ` +
+          `${us <= WORKER_CPU_US ? "met" : `missed by ${us - WORKER_CPU_US} µs`} |`,
+      );
+    }
+    const peaks = cases.map((x) => x.pool.cpu.workerPeakRssKb).filter((kb) => kb !== null);
+    if (peaks.length > 0) {
+      const kb = Math.max(...peaks);
+      lines.push(
+        `| ${host} host: a native worker's peak RSS ≤ ${WORKER_RSS_KB / 1024} MB | ${(kb / 1024).toFixed(1)} MB | ` +
+          `${kb <= WORKER_RSS_KB ? "met" : `missed by ${((kb - WORKER_RSS_KB) / 1024).toFixed(1)} MB`} |`,
+      );
+    }
   }
   for (const c of ceiling ?? []) {
     let best;

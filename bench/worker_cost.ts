@@ -8,21 +8,15 @@
  * @module
  */
 
-import { readFileSync } from "node:fs";
 import process from "node:process";
 import type { WorkerRuntime } from "../mod.ts";
 import { countOf } from "../support/fixture.mjs";
-import { HOST, loadSpawnpool, processCpu } from "./_spawners.ts";
+import { HOST, loadSpawnpool, processCpu, statusKb } from "./_spawners.ts";
 
 const { Pool } = await loadSpawnpool();
 const SPAWNS = countOf("BENCH_SPAWNS", 5000);
 const IN_FLIGHT = 30;
 const WORKERS = (process.env.BENCH_WORKERS ?? "native").split(",") as WorkerRuntime[];
-
-function statusKb(pid: number, field: string): number {
-  const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith(`${field}:`));
-  return Number(line!.split(/\s+/)[1]);
-}
 
 for (const runtime of WORKERS) {
   await using pool = new Pool({ size: 1, runtime });
