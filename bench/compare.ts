@@ -283,12 +283,11 @@ function summarize(runs: Measurement[]): Omit<Measurement, "window"> {
 const FEW = Math.max(10, Math.round(SPAWNS / 3));
 const probe = await startLagProbe();
 await Promise.all([...pools.values()].map((pool) => pool.ready()));
-for (const w of WORKLOADS) {
-  // Warm-up: every path once per workload, results discarded.
-  for (const contender of contenders) await measure(contender, w, 30, FEW);
-}
 const measured: Array<{ workload: string; inFlight: number; runs: Measurement[][] }> = [];
 for (const w of WORKLOADS) {
+  // Warm-up: every path once, results discarded. Just before the workload's own measurements, so that the workers'
+  // peak memory after echo is echo's (the cat's outputs in flight take more).
+  for (const contender of contenders) await measure(contender, w, 30, FEW);
   for (const inFlight of CONCURRENCY) {
     const runs = contenders.map(() => [] as Measurement[]);
     const total = inFlight === 1 ? FEW : SPAWNS;
