@@ -13,8 +13,8 @@
  * Options (env): BENCH_SPAWNS (spawns per measurement at 30 in flight, default 300; a third of it at 1 in flight
  * and in each path's warm-up), BENCH_ROUNDS (3), BENCH_WORKERS (the workers' runtime, default the host's), BENCH_POOLS
  * (the pooled paths, comma-separated, default BENCH_WORKERS: each is a worker runtime, "native" included, called through the
- * `Deno.Command` shape's `output()`, or a runtime and `:execFile`, called through the `./node` drop-in's
- * `execFile`; paths with the same runtime share one pool), BENCH_SIZE (worker processes per pool, default the
+ * `Deno.Command` shape's `output()`, or a runtime and `:spawn`, through the `Bun.spawn` shape, or a runtime and
+ * `:execFile`, through the `./node` drop-in's `execFile`; paths with the same runtime share one pool), BENCH_SIZE (worker processes per pool, default the
  * pool's).
  */
 
@@ -44,15 +44,18 @@ const ROUNDS = countOf("BENCH_ROUNDS", 3);
 /** Worker processes per pool; the pool's default when unset. */
 const SIZE = process.env.BENCH_SIZE === undefined ? undefined : countOf("BENCH_SIZE", 0);
 const RUNTIMES: readonly string[] = ["deno", "bun", "node", "native"];
+/** How a pooled path calls the pool: see pooledSpawner. */
+type Api = "output" | "spawn" | "execFile";
+const APIS: readonly string[] = ["output", "spawn", "execFile"];
 /** The pooled paths: a worker runtime each, and how the pool is called. */
 const PATHS = (process.env.BENCH_POOLS ?? process.env.BENCH_WORKERS ?? HOST).split(",").map((item) => {
   const [workers, api = "output", ...rest] = item.trim().split(":");
-  if (!RUNTIMES.includes(workers) || (api !== "output" && api !== "execFile") || rest.length > 0) {
+  if (!RUNTIMES.includes(workers) || !APIS.includes(api) || rest.length > 0) {
     throw new Error(
-      `BENCH_POOLS: "${item}" is not a runtime (deno, bun, node, native), optionally followed by ":execFile"`,
+      `BENCH_POOLS: "${item}" is not a runtime (deno, bun, node, native), optionally followed by ":spawn" or ":execFile"`,
     );
   }
-  return { workers: workers as WorkerRuntime, api: api as "output" | "execFile" };
+  return { workers: workers as WorkerRuntime, api: api as Api };
 });
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-bench-"));
@@ -81,10 +84,19 @@ for (const { workers } of PATHS) {
   if (!pools.has(workers)) pools.set(workers, new Pool({ runtime: workers, size: SIZE }));
 }
 
-/** Runs a workload through `pool`: `output()` of its `Deno.Command` shape, or `execFile` of the `./node` drop-in. */
-async function pooledSpawner(pool: SpawnPool, api: "output" | "execFile"): Promise<Spawner> {
+/**
+ * Runs a workload through `pool`: `output()` of its `Deno.Command` shape, its `Bun.spawn` shape read as a Bun host
+ * reads its own (bench/_spawners.ts), or `execFile` of the `./node` drop-in.
+ */
+async function pooledSpawner(pool: SpawnPool, api: Api): Promise<Spawner> {
   if (api === "output") {
     return (w) => pool.command(w.cmd, { args: w.args, stderr: "null" }).output().then((o) => o.stdout);
+  }
+  if (api === "spawn") {
+    return (w) => {
+      const proc = pool.spawn([w.cmd, ...w.args], { stdout: "pipe", stderr: "ignore" });
+      return new Response(proc.stdout).bytes().then(async (bytes) => (await proc.exited, bytes));
+    };
   }
   const cp = (await loadSpawnpoolNode()).childProcessFor(pool);
   // As a program that switched its import runs it: Buffers, no limit on the output.
