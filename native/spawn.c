@@ -63,75 +63,81 @@ struct child_plan {
   gid_t gid;
 };
 
+#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
 /*
- * vfork + execve: every command on Linux, and elsewhere what posix_spawn cannot express (uid, gid; a cwd without
- * addchdir_np). The child shares the worker's memory until it execs, so it only makes system calls and records a
- * failure in `failed`. Its signals are blocked from before the vfork until only default dispositions are left:
- * the signals this worker changed (changed_signals) are set back, and the C library's own (see reset_libc_signals);
- * all the others already are default (a handler does not outlive an exec). That is a few sigaction calls where
- * glibc's posix_spawn makes one or two for each of the 64 signals, in the child, while the worker waits for its exec.
- */
-#ifdef __linux__
-/*
- * Sets the signals glibc and musl keep for themselves (32-34, which their sigaction refuses) back to default with the
- * system call: a parent can leave them ignored (a Deno host's spawn does, through glibc's posix_spawn), and its
- * commands would start so. An all-zero kernel sigaction is SIG_DFL with no flags and an empty mask, whatever the
- * architecture's layout of the struct.
+ * Sets the signals the C library keeps for itself (glibc 32-33, musl 32-34; their sigaction refuses them) back to
+ * default with the system call: a parent can leave them ignored (a Deno host's spawn does, through glibc's
+ * posix_spawn), and the commands would start so. An all-zero kernel sigaction is SIG_DFL with no flags and an empty
+ * mask; 8 is the size of the kernel's sigset_t on x86-64 and arm64.
  */
 static void reset_libc_signals(void) {
   unsigned long zero[8] = {0};
-  for (int sig = 32; sig <= 34; sig++) syscall(SYS_rt_sigaction, sig, zero, NULL, (size_t)8); /* the kernel sigset_t: 64 bits */
+  for (int sig = 32; sig <= 34; sig++) syscall(SYS_rt_sigaction, sig, zero, NULL, (size_t)8);
 }
 #else
 static void reset_libc_signals(void) {}
 #endif
 
+/*
+ * The vfork child: it shares the worker's memory until its exec, so it only makes system calls, and records a failure
+ * in `*failed` before it exits. Not inlined: its frame lies below vfork_exec's, so it cannot reuse a stack slot the
+ * worker still needs once the vfork returns. The worker's signals are blocked (but the C library's own) until only
+ * default dispositions are left: the ones this worker changed (changed_signals) are set back, and the C library's own;
+ * all the others already are default, as no handler outlives an exec.
+ */
+__attribute__((noinline)) _Noreturn static void exec_child(const struct child_plan *plan, volatile int *failed) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sigismember(&changed_signals, sig) == 1) sigaction(sig, &dfl, NULL);
+  }
+  reset_libc_signals();
+  if (plan->detached ? setsid() < 0 : setpgid(0, 0) < 0) goto fail;
+  int null_fd = -1;
+  for (int fd = 0; fd < 3; fd++) {
+    int from = plan->stdio_fd[fd];
+    if (from == -2) continue;
+    if (from == -1) {
+      if (null_fd < 0) {
+        /*
+         * The slot is closed first, as posix_spawn's addopen does, so that a full fd table (the worker's pidfds) still
+         * has room: /dev/null lands in the slot (the ones below it are set, the worker's own 0-2 above it), where its
+         * close-on-exec is cleared; a later "null" slot gets a copy.
+         */
+        close(fd);
+        null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null_fd < 0) goto fail;
+      }
+      from = null_fd;
+    }
+    if (from == fd ? fcntl(fd, F_SETFD, 0) < 0 : dup2(from, fd) < 0) goto fail;
+  }
+  if (plan->cwd != NULL && chdir(plan->cwd) < 0) goto fail;
+  if (plan->set_gid || plan->set_uid) (void)setgroups(0, NULL);
+  if (plan->set_gid && setgid(plan->gid) < 0) goto fail;
+  if (plan->set_uid && setuid(plan->uid) < 0) goto fail;
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  execve(plan->path, plan->argv, plan->envp);
+fail:
+  *failed = errno ? errno : EINVAL;
+  _exit(127);
+}
+
+/*
+ * vfork + execve: every command on Linux, and elsewhere what posix_spawn cannot express (uid, gid; a cwd without
+ * addchdir_np). That is a few sigaction calls in the child (exec_child) where glibc's posix_spawn makes one or two for
+ * each of the 64 signals, while the worker waits for the exec.
+ */
 static pid_t vfork_exec(const struct child_plan *plan, int *err) {
   volatile int failed = 0;
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old); /* no handler of the worker's may run in the child */
   pid_t pid = vfork();
-  if (pid == 0) {
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; sig++) {
-      if (sigismember(&changed_signals, sig) == 1) sigaction(sig, &dfl, NULL);
-    }
-    reset_libc_signals();
-    if (plan->detached ? setsid() < 0 : setpgid(0, 0) < 0) goto fail;
-    int null_fd = -1;
-    for (int fd = 0; fd < 3; fd++) {
-      int from = plan->stdio_fd[fd];
-      if (from == -2) continue;
-      if (from == -1) {
-        if (null_fd < 0) {
-          /*
-           * The slot is closed first, as posix_spawn's addopen does, so that a full fd table (the worker's pidfds)
-           * still has room: /dev/null lands in the slot (the ones below it are set, the worker's own 0-2 above it).
-           * Close-on-exec but in its slot, so a copy dup2'd to a later slot closes at the exec.
-           */
-          close(fd);
-          null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-          if (null_fd < 0) goto fail;
-        }
-        from = null_fd;
-      }
-      if (from == fd ? fcntl(fd, F_SETFD, 0) < 0 : dup2(from, fd) < 0) goto fail;
-    }
-    if (plan->cwd != NULL && chdir(plan->cwd) < 0) goto fail;
-    if (plan->set_gid || plan->set_uid) (void)setgroups(0, NULL);
-    if (plan->set_gid && setgid(plan->gid) < 0) goto fail;
-    if (plan->set_uid && setuid(plan->uid) < 0) goto fail;
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    execve(plan->path, plan->argv, plan->envp);
-  fail:
-    failed = errno ? errno : EINVAL;
-    _exit(127);
-  }
+  if (pid == 0) exec_child(plan, &failed);
   int saved = errno;
   sigprocmask(SIG_SETMASK, &old, NULL);
   if (pid < 0) {

@@ -188,7 +188,7 @@ void loop(void);
 extern bool use_pidfd;
 #endif
 extern struct watch signal_watch;
-extern sigset_t changed_signals; /* every signal whose disposition is not the default */
+extern sigset_t changed_signals; /* every signal the worker ignores or handles */
 void read_signals(void);
 bool signals_init(void);
 
