@@ -61,8 +61,8 @@ static void install_handler(int sig) {
 }
 
 /*
- * Ignores SIGPIPE, records what commands get back to default (changed_signals), and handles SIGTERM, SIGINT, SIGHUP and SIGCHLD
- * through the signal pipe (and sees whether pidfds work); false when that pipe cannot be made.
+ * Ignores SIGPIPE, records what commands get back to default (changed_signals), and handles SIGTERM, SIGINT, SIGHUP
+ * and SIGCHLD through the signal pipe (and sees whether pidfds work); false when that pipe cannot be made.
  */
 bool signals_init(void) {
   signal(SIGPIPE, SIG_IGN);
