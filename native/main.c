@@ -10,12 +10,42 @@
  */
 #include "worker.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 #include <unistd.h>
+
+/*
+ * Marks every fd from 3 up close-on-exec: with close_range on Linux 5.11 and later (the system call itself: musl has
+ * no wrapper), else fd by fd from the list of the open ones the system gives.
+ */
+static void cloexec_from_3(void) {
+#if defined(__linux__) && defined(SYS_close_range) && !defined(SPAWNPOOL_TEST_FALLBACKS)
+  if (syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) == 0) return;
+#endif
+#ifdef __linux__
+  DIR *dir = opendir("/proc/self/fd");
+#else
+  DIR *dir = opendir("/dev/fd");
+#endif
+  if (dir == NULL) return;
+  int own = dirfd(dir);
+  for (struct dirent *entry; (entry = readdir(dir)) != NULL;) {
+    char *end;
+    long fd = strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd < 3 || fd > INT_MAX || fd == own) continue;
+    int flags = fcntl((int)fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC)) fcntl((int)fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+  closedir(dir);
+}
 
 int main(void) {
   /*
@@ -32,10 +62,8 @@ int main(void) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
   }
-#ifdef CLOSE_RANGE_CLOEXEC
   /* Whatever else this worker inherited (fd 3 is the channel, or taken below) reaches no command. */
-  close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-#endif
+  cloexec_from_3();
   /* fds 0-2 stay taken, so no pipe of the worker's can become a command's stdio by accident. */
   for (int fd = 0; fd < 3; fd++) {
     if (fcntl(fd, F_GETFD) < 0) {

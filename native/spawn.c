@@ -63,29 +63,52 @@ struct child_plan {
   gid_t gid;
 };
 
-#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+#if defined(__linux__) && !defined(__sparc__) && !defined(__alpha__)
 /*
  * Sets the signals the C library keeps for itself (glibc 32-33, musl 32-34; their sigaction refuses them) back to
  * default with the system call: a parent can leave them ignored (a Deno host's spawn does, through glibc's
- * posix_spawn), and the commands would start so. An all-zero kernel sigaction is SIG_DFL with no flags and an empty
- * mask; 8 is the size of the kernel's sigset_t on x86-64 and arm64.
+ * posix_spawn), and the commands would start so. An all-zero kernel sigaction, in any architecture's layout, is
+ * SIG_DFL with no flags and an empty mask; the last argument is the size of the kernel's sigset_t, (_NSIG - 1) / 8
+ * bytes with the C libraries' _NSIG (8 on most architectures, 16 on MIPS). (SPARC and Alpha pass more arguments.)
  */
 static void reset_libc_signals(void) {
-  unsigned long zero[8] = {0};
-  for (int sig = 32; sig <= 34; sig++) syscall(SYS_rt_sigaction, sig, zero, NULL, (size_t)8);
+  unsigned long zero[16] = {0};
+  for (int sig = 32; sig <= 34; sig++) syscall(SYS_rt_sigaction, sig, zero, NULL, (size_t)((_NSIG - 1) / 8));
 }
 #else
 static void reset_libc_signals(void) {}
 #endif
 
 /*
+ * Whether vfork shares the worker's memory with its child, as it does on Linux and macOS, or copies it, as under
+ * qemu-user and valgrind, which run vfork as fork: unknown until a child shows it. Until then, and for good if it
+ * copies, the child also writes the errno of a failed start to a close-on-exec pipe the worker reads until the exec
+ * closes it; otherwise a bad cwd, a refused uid or a script without "#!" would look like a command that exited 127.
+ */
+static enum { VFORK_UNKNOWN, VFORK_SHARES, VFORK_COPIES } vfork_memory = VFORK_UNKNOWN;
+
+#ifdef SPAWNPOOL_TEST_FALLBACKS
+/* The tests' stand-in for qemu-user and valgrind (the poll build: support/build_native.mjs). */
+#define vfork fork
+#endif
+
+/* What the vfork child tells the worker: through shared memory where vfork shares it, else through `pipe_fd`. */
+struct vfork_report {
+  int ran;     /* set first thing by the child: seen by the worker only if the memory is shared */
+  int failed;  /* the errno of a failed start */
+  int pipe_fd; /* the pipe's write end, or -1 */
+};
+
+/*
  * The vfork child: it shares the worker's memory until its exec, so it only makes system calls, and records a failure
- * in `*failed` before it exits. Not inlined: its frame lies below vfork_exec's, so it cannot reuse a stack slot the
+ * in `report` before it exits. Not inlined: its frame lies below vfork_exec's, so it cannot reuse a stack slot the
  * worker still needs once the vfork returns. The worker's signals are blocked (but the C library's own) until only
  * default dispositions are left: the ones this worker changed (changed_signals) are set back, and the C library's own;
  * all the others already are default, as no handler outlives an exec.
  */
-__attribute__((noinline)) _Noreturn static void exec_child(const struct child_plan *plan, volatile int *failed) {
+__attribute__((noinline)) _Noreturn static void exec_child(const struct child_plan *plan,
+                                                           volatile struct vfork_report *report) {
+  report->ran = 1;
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
@@ -121,8 +144,12 @@ __attribute__((noinline)) _Noreturn static void exec_child(const struct child_pl
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   execve(plan->path, plan->argv, plan->envp);
-fail:
-  *failed = errno ? errno : EINVAL;
+fail:;
+  int failed = errno ? errno : EINVAL;
+  report->failed = failed;
+  if (report->pipe_fd >= 0 && write(report->pipe_fd, &failed, sizeof failed) < 0) {
+    /* nothing left to tell it by */
+  }
   _exit(127);
 }
 
@@ -132,18 +159,32 @@ fail:
  * each of the 64 signals, while the worker waits for the exec.
  */
 static pid_t vfork_exec(const struct child_plan *plan, int *err) {
-  volatile int failed = 0;
+  int report_pipe[2] = {-1, -1};
+  /* Without a pipe (EMFILE), a first child still shows whether memory is shared. */
+  if (vfork_memory != VFORK_SHARES && pipe2(report_pipe, O_CLOEXEC) != 0) report_pipe[0] = report_pipe[1] = -1;
+  volatile struct vfork_report report = {.ran = 0, .failed = 0, .pipe_fd = report_pipe[1]};
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old); /* no handler of the worker's may run in the child */
   pid_t pid = vfork();
-  if (pid == 0) exec_child(plan, &failed);
+  if (pid == 0) exec_child(plan, &report);
   int saved = errno;
   sigprocmask(SIG_SETMASK, &old, NULL);
+  if (report_pipe[1] >= 0) close(report_pipe[1]);
+  int failed = report.failed;
+  if (report_pipe[0] >= 0) {
+    /* End of file once the exec closed the child's end (at once where memory is shared: the exec came first). */
+    int reported;
+    ssize_t n;
+    while ((n = read(report_pipe[0], &reported, sizeof reported)) < 0 && errno == EINTR) {}
+    if (pid > 0 && n == (ssize_t)sizeof reported) failed = reported;
+    close(report_pipe[0]);
+  }
   if (pid < 0) {
     *err = saved;
     return -1;
   }
+  if (vfork_memory == VFORK_UNKNOWN) vfork_memory = report.ran ? VFORK_SHARES : VFORK_COPIES;
   if (failed) {
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}

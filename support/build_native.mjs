@@ -1,7 +1,8 @@
 // `npm run build:native`: compiles the native worker (every native/*.c into one program, C11, POSIX + epoll on Linux;
 // native/worker.h lists its files) with the system's C compiler (`cc`, or $CC) into native/build/spawnpool-worker,
 // warnings as errors; and for tests/native*_test.ts an ASan+UBSan build of it, native/build/spawnpool-worker-asan, and
-// native/build/spawnpool-worker-poll, built with SPAWNPOOL_FORCE_POLL: the poll() and SIGCHLD loop other systems get.
+// native/build/spawnpool-worker-poll, built with SPAWNPOOL_FORCE_POLL and SPAWNPOOL_TEST_FALLBACKS: the poll() and
+// SIGCHLD loop other systems get, and the other fallbacks (below).
 // Skips what is newer than its sources.
 // `--copy-to-dist` also copies the release build to dist/native/spawnpool-worker-<platform>-<arch> (where a checkout's
 // dist/ finds it, for the benchmarks; the npm package leaves it out). `--packages` also cross-compiles the per-platform
@@ -33,7 +34,9 @@ export const NATIVE_WORKER_POLL = join(out, "spawnpool-worker-poll");
 
 const variants = [
   { path: NATIVE_WORKER, flags: ["-O2"] },
-  { path: NATIVE_WORKER_POLL, flags: ["-O2", "-DSPAWNPOOL_FORCE_POLL"] },
+  // The fallbacks too: fds marked close-on-exec one by one (as without close_range), and a vfork that copies memory
+  // (as under qemu-user and valgrind), so a child's failure comes back through a pipe.
+  { path: NATIVE_WORKER_POLL, flags: ["-O2", "-DSPAWNPOOL_FORCE_POLL", "-DSPAWNPOOL_TEST_FALLBACKS"] },
   {
     path: NATIVE_WORKER_ASAN,
     // With the tests' hooks (SPAWNPOOL_TEST_HOOKS: native/event_loop.c), which the release builds leave out.

@@ -274,18 +274,62 @@ int main(int argc, char **argv) {
     }
   });
   it("commands get only fds 0-2: not the worker's inherited fds, nor /dev/null's on the vfork path", async () => {
-    // The wrapper leaves fd 7 open, not close-on-exec, as a careless parent could.
-    await withWorker("fds", ["sh", "-c", 'exec 7</dev/null; exec "$0"', ASAN_WORKER], async (worker) => {
-      // The shell's fds, listed by its child (a glob or a $(...) would open one in the shell).
-      const list: Partial<SpawnRequest> = { cmd: "sh", args: ["-c", "ls /proc/$$/fd"], stdin: "null" };
-      // A uid (its own) takes the vfork path, as a cwd does where posix_spawn cannot change directory.
-      worker.channel.write([spawnFrame(1, list), spawnFrame(2, { ...list, uid: process.getuid!() })]);
-      const answers = await settled(worker, [1, 2], 10_000, "fds");
-      for (const id of [1, 2]) {
-        assert.equal(exitCode(answers.get(id), `request ${id}`), 0);
-        assert.equal(text(decodeExit(answers.get(id)!.payload).stdout), "0\n1\n2\n", `request ${id}`);
+    // The wrapper leaves fds 7 and 9 open, not close-on-exec, as a careless parent could. The poll build marks them
+    // one by one, as a system without close_range (or a C library without its macro: musl) does.
+    for (const path of [ASAN_WORKER, POLL_WORKER]) {
+      await withWorker(path, ["sh", "-c", 'exec 7</dev/null 9</dev/null; exec "$0"', path], async (worker) => {
+        // The shell's fds, listed by its child (a glob or a $(...) would open one in the shell).
+        const list: Partial<SpawnRequest> = { cmd: "sh", args: ["-c", "ls /proc/$$/fd"], stdin: "null" };
+        // A uid (its own) takes the vfork path, as a cwd does where posix_spawn cannot change directory.
+        worker.channel.write([spawnFrame(1, list), spawnFrame(2, { ...list, uid: process.getuid!() })]);
+        const answers = await settled(worker, [1, 2], 10_000, path);
+        for (const id of [1, 2]) {
+          assert.equal(exitCode(answers.get(id), `${path}: request ${id}`), 0);
+          assert.equal(text(decodeExit(answers.get(id)!.payload).stdout), "0\n1\n2\n", `${path}: request ${id}`);
+        }
+      });
+    }
+  });
+
+  it("a start that fails in the child comes back with its errno, where vfork shares memory and where it copies it", async () => {
+    // The poll build's vfork is a fork, as under qemu-user and valgrind: there the child's errno comes back through a
+    // pipe. A script without "#!" is the ENOEXEC the worker answers by running it with /bin/sh.
+    const scratch = mkdtempSync(join(tmpdir(), "spawnpool-child-errors-"));
+    try {
+      const script = join(scratch, "no-shebang");
+      writeFileSync(script, "echo ran by sh\n", { mode: 0o755 });
+      const plain = join(scratch, "plain");
+      writeFileSync(plain, "");
+      for (const path of [ASAN_WORKER, POLL_WORKER]) {
+        await withWorker(path, [path], async (worker) => {
+          // Twice over: the first start finds out how vfork behaves, the later ones rely on it.
+          const round = (base: number) => [
+            spawnFrame(base + 1, { cmd: "true", cwd: join(scratch, "missing") }),
+            spawnFrame(base + 2, { cmd: "true", cwd: plain }),
+            spawnFrame(base + 3, { cmd: script }),
+            spawnFrame(base + 4, { cmd: "echo", args: ["after"] }),
+          ];
+          const ids = [1, 2, 3, 4, 11, 12, 13, 14];
+          worker.channel.write([...round(0), ...round(10)]);
+          const answers = await settled(worker, ids, 10_000, path);
+          for (const base of [0, 10]) {
+            const what = (n: number) => `${path}: request ${base + n}`;
+            const codeOf = (n: number) => {
+              const answer = answers.get(base + n)!;
+              assert.equal(answer.type, Frame.SpawnError, what(n));
+              return (decodeJson(answer.payload) as { code: string }).code;
+            };
+            assert.equal(codeOf(1), "ENOENT", what(1));
+            assert.equal(codeOf(2), "ENOTDIR", what(2));
+            assert.equal(exitCode(answers.get(base + 3), what(3)), 0);
+            assert.equal(text(decodeExit(answers.get(base + 3)!.payload).stdout), "ran by sh\n", what(3));
+            assert.equal(text(decodeExit(answers.get(base + 4)!.payload).stdout), "after\n", what(4));
+          }
+        });
       }
-    });
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
   });
 
   it("a command ended by a real-time signal exits with 128 + its number, as in a shell", async () => {
