@@ -151,8 +151,8 @@ export function buildRequest(given: RequestInput): SpawnRequest {
       ? DEFAULT_FORCE_KILL_AFTER_DELAY
       : delay(input.forceKillAfterDelay, "forceKillAfterDelay", true),
     window: DEFAULT_WINDOW,
-    // A timeout signals the command's group; a detached command leads its own session anyway. Callers that
-    // signal the group themselves (the drop-in's execFile timer) set `group` on the request.
+    // Only a timeout signals a command's group (and execFile's timer, which comes with one); a detached command
+    // leads its own session anyway.
     group: input.timeout !== undefined || input.detached === true,
   };
   if (input.cwd !== undefined) request.cwd = toPath(input.cwd, "cwd");

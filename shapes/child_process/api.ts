@@ -76,7 +76,6 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       return native.spawn(file as string, args as string[], options as native.SpawnOptions);
     }
     if (backstop > 0) {
-      spec.group = true;
       spec.timeout = backstop;
       spec.killSignal = "SIGKILL";
     }

@@ -140,7 +140,6 @@ export class ChildProcess extends EventEmitter {
       detached: spec.detached,
       sockets: true, // as Node's 'pipe': a writer whose reader went away gets ECONNRESET, not SIGPIPE
     });
-    if (spec.group) request.group = true;
     // Every event reaches user code in its own microtask, queued as it arrives from the worker, so events
     // keep their order and an exception in a listener is an uncaught exception of the application (as in
     // Node), never a failure of the worker's channel or a rejected promise. What arrives after the spawn,

@@ -46,11 +46,6 @@ export interface PooledSpawn {
   uid?: number;
   gid?: number;
   detached: boolean;
-  /**
-   * The command gets a process group of its own, which a signal to the group reaches whole: execFile asks for it
-   * when it has a timeout, whose timer signals the group. (`timeout` and `detached` imply one anyway.)
-   */
-  group: boolean;
   timeout: number;
   killSignal: string;
   signal?: AbortSignal;
@@ -257,7 +252,6 @@ export function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknow
     stdio: stdio.modes,
     relays: stdio.relays,
     detached: o.detached === true,
-    group: false,
     timeout,
     killSignal,
     argv0,
