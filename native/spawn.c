@@ -177,7 +177,7 @@ static pid_t vfork_exec(const struct child_plan *plan, int *err) {
     int reported;
     ssize_t n;
     while ((n = read(report_pipe[0], &reported, sizeof reported)) < 0 && errno == EINTR) {}
-    if (pid > 0 && n == (ssize_t)sizeof reported) failed = reported;
+    if (n == (ssize_t)sizeof reported) failed = reported; /* only a child writes it */
     close(report_pipe[0]);
   }
   if (pid < 0) {
