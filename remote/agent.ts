@@ -43,6 +43,7 @@ import {
   randomToken,
   RemoteFrame,
   Sequence,
+  startHeartbeat,
 } from "./wire.ts";
 
 /** Options of an agent. */
@@ -196,10 +197,9 @@ export class Agent {
       }),
     ];
     await nc.flush();
-    this.#timer = setInterval(() => {
-      const now = Date.now();
-      for (const relay of this.#relays.values()) relay.tick(now);
-    }, HEARTBEAT_MS);
+    this.#timer = startHeartbeat((now, judge) => {
+      for (const relay of this.#relays.values()) relay.tick(now, judge);
+    });
     this.#log({ event: "listening", reason: `subject "${subject}", concurrency ${this.#concurrency}` });
   }
 
@@ -446,10 +446,13 @@ class Relay implements Submission, RequestSink {
     else this.#worker.send(type, this.id, payload);
   }
 
-  /** Heartbeat: a word to a caller that heard nothing for a while; a caller silent for too long loses its command. */
-  tick(now: number): void {
+  /**
+   * Heartbeat: a word to a caller that heard nothing for a while; a caller silent for too long loses its command
+   * (judged only when `judge`: see {@linkcode startHeartbeat}).
+   */
+  tick(now: number, judge: boolean): void {
     if (this.#finished || this.#told || this.#killed) return;
-    if (now - this.#heardAt > CALLER_SILENCE_MS) {
+    if (judge && now - this.#heardAt > CALLER_SILENCE_MS) {
       return this.kill(`its caller was silent for ${now - this.#heardAt} ms`);
     }
     if (now - this.#sentAt >= HEARTBEAT_MS) this.out(RemoteFrame.Ping);

@@ -36,6 +36,7 @@ import {
   REMOTE_ID,
   RemoteFrame,
   Sequence,
+  startHeartbeat,
   validSubject,
 } from "./wire.ts";
 
@@ -205,10 +206,9 @@ export class RemotePool implements Scheduler {
         },
       });
       this.#nc = nc;
-      this.#timer = setInterval(() => {
-        const now = Date.now();
-        for (const command of [...this.#live]) command.tick(now);
-      }, HEARTBEAT_MS);
+      this.#timer = startHeartbeat((now, judge) => {
+        for (const command of [...this.#live]) command.tick(now, judge);
+      });
       (this.#timer as { unref?: () => void }).unref?.();
       void nc.closed().then((error) => {
         // Closed by close() or when idle, or for good by the client (it retries forever otherwise): what runs is lost.
@@ -463,16 +463,19 @@ class RemoteCommand implements RequestChannel {
     this.fail(new SpawnPoolError("ERR_WORKER_DIED", `Agent ${this.#agentName()} ${why}; the command was cancelled`));
   }
 
-  /** Heartbeat: a word to a silent agent, and the end of a command whose agent went silent. */
-  tick(now: number): void {
+  /**
+   * Heartbeat: a word to a silent agent, and the end of a command whose agent went silent (judged only when `judge`:
+   * see {@linkcode startHeartbeat}).
+   */
+  tick(now: number, judge: boolean): void {
     if (this.#done || this.#reply === "") return;
     if (this.#control === undefined) {
-      if (this.#retry === undefined && now - this.#offeredAt > AGENT_SILENCE_MS) {
+      if (judge && this.#retry === undefined && now - this.#offeredAt > AGENT_SILENCE_MS) {
         this.fail(this.#error("ERR_REMOTE_LOST", `No agent answered the request in ${AGENT_SILENCE_MS} ms`));
       }
       return;
     }
-    if (now - this.#heardAt > AGENT_SILENCE_MS) {
+    if (judge && now - this.#heardAt > AGENT_SILENCE_MS) {
       return this.fail(
         this.#error("ERR_WORKER_DIED", `Agent ${this.#agentName()} went silent for ${now - this.#heardAt} ms`),
       );

@@ -77,6 +77,25 @@ export const AGENT_SILENCE_MS = 1_500;
 /** An agent that has heard nothing from a command's caller for this long kills the command. */
 export const CALLER_SILENCE_MS = 3_000;
 
+/**
+ * Calls `tick(now, judge)` every {@linkcode HEARTBEAT_MS}, `now` from `Date.now()`. `judge` is false on the first
+ * round after this process was itself stalled (its timer late by more than a round: a long garbage collection, a
+ * synchronous task, a starved machine): what the peer sent meanwhile is still unread, since due timers run before the
+ * event loop reads its sockets, so that round judges no silence; the next one does, the messages read by then.
+ */
+export function startHeartbeat(tick: (now: number, judge: boolean) => void): ReturnType<typeof setInterval> {
+  let last = performance.now();
+  let waited = false;
+  return setInterval(() => {
+    const at = performance.now();
+    const stalled = at - last > 2 * HEARTBEAT_MS;
+    last = at;
+    const judge = !stalled || waited;
+    waited = !judge;
+    tick(Date.now(), judge);
+  }, HEARTBEAT_MS);
+}
+
 /** Encodes one message: the sequence number, then the frames already encoded in `parts`. */
 export function encodeMessage(seq: number, parts: readonly Uint8Array[]): Uint8Array {
   return concatBytes([encodeU32(seq), ...parts]);

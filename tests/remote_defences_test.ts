@@ -139,11 +139,10 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
         for (const frame of decodeMessage(new Uint8Array(msg.data)).frames) cancels.push(frame.type);
       },
     });
+    let replyTo: string | undefined;
     const sub = nc.subscribe(fake, {
       callback: (_error, msg) => {
-        // After the caller gives up (1.5 s of silence, seen on a 250 ms tick: by 1.75 s), and before its pool, idle
-        // from then, closes its connection 1 s later (by 2.5 s; at 2.5 s the acceptance lost that race now and then).
-        setTimeout(() => nc.publish(msg.reply!, encodeMessage(0, accepted(control))), 2000);
+        replyTo = msg.reply;
       },
     });
     await nc.flush();
@@ -151,6 +150,9 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
     try {
       const { error } = await rejection(pool.spawn(["echo", "late"]).exited);
       assertPoolError(error, "ERR_REMOTE_LOST", /No agent answered the request in 1500 ms/);
+      // Accepted once the caller has given up, and before its pool, idle from then, closes its connection (1 s later).
+      assert.ok(replyTo, "the request reached the fake agent");
+      nc.publish(replyTo, encodeMessage(0, accepted(control)));
       const deadline = performance.now() + 5000;
       while (!cancels.includes(RemoteFrame.Cancel) && performance.now() < deadline) await sleep(20);
       assert.deepEqual(cancels, [RemoteFrame.Cancel]);
