@@ -51,7 +51,8 @@ export function chartSvg(groups, ceiling = [], note = "") {
   const workloads = [...new Set(groups.flatMap((g) => g.cases.map((c) => c.workload)))];
   const hosts = [...new Set(groups.map((g) => pathOf(g.label).host))];
   const at30 = (g, w) => g.cases.find((c) => c.workload === w && c.inFlight === 30);
-  const ceilingOf = (w) => ceiling?.find((c) => c.workload === w)?.allCoresPerSec;
+  // The loop with output to /dev/null (npm start's rows read through a pipe are for its tables).
+  const ceilingOf = (w) => ceiling?.find((c) => c.workload === w && c.output !== "collected")?.allCoresPerSec;
   const values = workloads.flatMap((w) => [
     ...groups.flatMap((g) => at30(g, w) ? [at30(g, w).native.perSec, at30(g, w).pool.perSec] : []),
     ceilingOf(w) ?? 0,
