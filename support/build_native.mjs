@@ -32,11 +32,14 @@ export const NATIVE_WORKER = join(out, "spawnpool-worker");
 export const NATIVE_WORKER_ASAN = join(out, "spawnpool-worker-asan");
 export const NATIVE_WORKER_POLL = join(out, "spawnpool-worker-poll");
 
+// Linked against the system's C library: every symbol bound at load (a vfork child then never enters the dynamic
+// linker to bind one lazily), and the relocations read-only after that. GNU and LLVM linkers; Apple's has no -z.
+const bindNow = process.platform === "darwin" ? [] : ["-Wl,-z,now", "-Wl,-z,relro"];
 const variants = [
-  { path: NATIVE_WORKER, flags: ["-O2"] },
+  { path: NATIVE_WORKER, flags: ["-O2", ...bindNow] },
   // The fallbacks too: fds marked close-on-exec one by one (as without close_range), and a vfork that copies memory
   // (as under qemu-user and valgrind), so a child's failure comes back through a pipe.
-  { path: NATIVE_WORKER_POLL, flags: ["-O2", "-DSPAWNPOOL_FORCE_POLL", "-DSPAWNPOOL_TEST_FALLBACKS"] },
+  { path: NATIVE_WORKER_POLL, flags: ["-O2", ...bindNow, "-DSPAWNPOOL_FORCE_POLL", "-DSPAWNPOOL_TEST_FALLBACKS"] },
   {
     path: NATIVE_WORKER_ASAN,
     // With the tests' hooks (SPAWNPOOL_TEST_HOOKS: native/event_loop.c), which the release builds leave out.
