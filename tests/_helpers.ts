@@ -30,7 +30,7 @@ export function hostArgv(script: string, ...args: string[]): [string, ...string[
  * Waits until every process in `pids` is gone or `ms` passed; returns those still alive (none, when all went).
  * What kills them (a worker on its way out, a signal) may act a moment after the step a test awaited.
  */
-export async function survivors(pids: readonly number[], ms = 1000): Promise<number[]> {
+export async function survivors(pids: readonly number[], ms = 5000): Promise<number[]> {
   const deadline = performance.now() + ms;
   while (pids.some(alive) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   return pids.filter(alive);

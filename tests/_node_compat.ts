@@ -73,16 +73,24 @@ writeFileSync(NOT_EXECUTABLE, "#!/bin/sh\necho never\n");
 chmodSync(NOT_EXECUTABLE, 0o644);
 export const A_DIRECTORY = join(scratch, "a-directory");
 mkdirSync(A_DIRECTORY);
-/** Notes each SIGTERM it gets in the file its last argument names; prints "early" and exits 3 after 2.5 s. */
+/**
+ * Notes each SIGTERM it gets in the file its last argument names; prints "early", and exits 3 a second after its first
+ * SIGTERM (a second one by then is noted too), or after 10 s without one.
+ */
 export const COUNT_TERMS = join(scratch, "count-terms.mjs");
 writeFileSync(
   COUNT_TERMS,
   [
     'import { appendFileSync } from "node:fs";',
     'import process from "node:process";',
-    'process.on("SIGTERM", () => appendFileSync(process.argv.at(-1), "TERM\\n"));',
+    "let exiting = false;",
+    'process.on("SIGTERM", () => {',
+    '  appendFileSync(process.argv.at(-1), "TERM\\n");',
+    "  if (!exiting) setTimeout(() => process.exit(3), 1000);",
+    "  exiting = true;",
+    "});",
     'process.stdout.write("early\\n");',
-    "setTimeout(() => process.exit(3), 2500);",
+    "setTimeout(() => process.exit(3), 10_000);",
   ].join("\n"),
 );
 

@@ -63,7 +63,7 @@ export const execScenarios: Scenario[] = [
     // meets a closed pipe.
     name: "execFile timeout: output after the timeout is discarded",
     run: viaCallback((cp, cb) =>
-      cp.execFile("sh", ["-c", "trap '' TERM; echo early; sleep 0.8; echo late"], { timeout: 200 }, cb)
+      cp.execFile("sh", ["-c", "trap '' TERM; echo early; sleep 2; echo late"], { timeout: 1000 }, cb)
     ),
     nativeDiffers: {
       deno: { fields: ["error"], why: "Deno's execFile reports SIGTERM for a command that ignores it" },
@@ -79,7 +79,8 @@ export const execScenarios: Scenario[] = [
       const terms = join(scratch, "terms.log");
       writeFileSync(terms, "");
       const [exe, ...args] = hostArgv(COUNT_TERMS, terms);
-      const result = await viaCallback((cp, cb) => cp.execFile(exe, args, { timeout: 1000 }, cb))(cp);
+      // Time for the runtime to start and handle SIGTERM on a loaded machine.
+      const result = await viaCallback((cp, cb) => cp.execFile(exe, args, { timeout: 3000 }, cb))(cp);
       return { ...result, signals: readFileSync(terms, "utf8") };
     },
     nativeDiffers: {

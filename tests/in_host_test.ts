@@ -7,7 +7,9 @@
  */
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
 import { Pool } from "../mod.ts";
@@ -122,16 +124,26 @@ describe(`startInHost (${HOST} host)`, () => {
     // is held by synchronous work well past the 200 ms grace that follows an exit. The loop must read what is
     // waiting in the pipe before it lets the stream go: on Node, a due timer runs before the loop polls.
     await using pool = new Pool({ startInHost: true });
-    for (let round = 0; round < 3; round++) {
-      const child = pool.command("sh", { args: ["-c", "(sleep 0.1; echo late) & echo early $PPID"], stdout: "piped" })
-        .spawn();
-      const stdout = new Response(child.stdout).text();
-      assert.equal((await child.status).code, 0);
-      const until = performance.now() + 500;
-      while (performance.now() < until) {
-        // the host is busy: no event-loop turn until the grace and the background job's write are long past
+    const scratch = mkdtempSync(join(tmpdir(), "spawnpool-in-host-"));
+    try {
+      for (let round = 0; round < 3; round++) {
+        // The job marks when it has written, so the busy host waits for that however slow the machine.
+        const written = join(scratch, `written-${round}`);
+        const child = pool.command("sh", {
+          args: ["-c", '(sleep 0.1; echo late; : > "$1") & echo early $PPID', "sh", written],
+          stdout: "piped",
+        }).spawn();
+        const stdout = new Response(child.stdout).text();
+        assert.equal((await child.status).code, 0);
+        const busy = performance.now();
+        while (performance.now() - busy < 500 || (!existsSync(written) && performance.now() - busy < 10_000)) {
+          // the host is busy: no event-loop turn until the grace and the background job's write are long past
+        }
+        assert.ok(existsSync(written), "the background job wrote within 10 s");
+        assert.equal(await stdout, `early ${process.pid}\nlate\n`, `round ${round}`);
       }
-      assert.equal(await stdout, `early ${process.pid}\nlate\n`, `round ${round}`);
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
     }
   });
 

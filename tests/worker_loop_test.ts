@@ -148,12 +148,16 @@ describe("output a runtime reads in one huge piece", () => {
       const events = await worker.spawn(1, { window, stderr: "piped" });
       events.data(1, patterned(held ? 2 * window : window)); // the stream is paused either way
       events.exit(0, null);
+      const exitedAt = performance.now();
       events.end(1); // stderr stays open: a grandchild holds it and says nothing
       await settle();
       if (held) worker.credit(1, window);
       await settle();
       const ends = () => worker.sent.filter((f) => f.type === Frame.StreamEnd).map((f) => f.payload[0]);
-      assert.deepEqual(ends(), [1], "stdout ended, stderr not yet: the worker's grace is 200 ms");
+      // Unless this process was held up past the grace since the exit (a loaded machine).
+      if (performance.now() - exitedAt < 150) {
+        assert.deepEqual(ends(), [1], "stdout ended, stderr not yet: the worker's grace is 200 ms");
+      }
       await new Promise((resolve) => setTimeout(resolve, 1000));
       assert.deepEqual(ends(), [1, 2], "stderr let go after the grace");
       assert.equal(worker.sent.at(-1)?.type, Frame.Exit);
