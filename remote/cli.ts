@@ -40,7 +40,7 @@ confine it with NATS permissions (docs/remote.md#security in the spawnpool packa
   --help                this text
 
 Logs one JSON line per command start, exit and error on stderr. SIGINT or SIGTERM: stop taking commands, let the
-running ones finish (a second signal kills them), exit.`;
+running ones finish (a second signal kills them), then end by that signal.`;
 
 function fail(message: string): never {
   console.error(`spawnpool agent: ${message}\n\n${USAGE}`);
@@ -144,11 +144,25 @@ try {
 } catch (error) {
   fail(error instanceof Error ? error.message : String(error));
 }
+/**
+ * Ends this stopped agent by `signal`, as a process without a handler for it ends (status 143 for SIGTERM, 130 for
+ * SIGINT: what supervisors take for a clean stop), once what it logged is written. Not process.exit(): Node can
+ * deadlock in its own teardown there (a V8 background compile waiting for a collection, nodejs/node#54918), and the
+ * agent would hang after logging "stopped" until its supervisor killed it.
+ */
+function endBy(signal: "SIGINT" | "SIGTERM"): void {
+  process.stderr.write("", () => {
+    process.removeAllListeners(signal);
+    process.kill(process.pid, signal);
+  });
+}
+
 let signals = 0;
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
   process.on(signal, () => {
     // The first lets running commands finish; a second kills them.
-    void agent.stop({ drain: signals++ === 0 }).then(() => process.exit(0));
+    if (signals++ === 0) void agent.stop().then(() => endBy(signal));
+    else void agent.stop({ drain: false });
   });
 }
 try {

@@ -364,6 +364,14 @@ describe(`${HOST} host, remote pools over NATS`, { skip, concurrency: false }, (
     assert.ok(alive(shared.pid));
   });
 
+  it("an agent stopped by SIGINT logs it and ends by SIGINT, as a process without a handler would", async () => {
+    const agent = await startAgent(url, freshSubject());
+    agent.child.kill("SIGINT");
+    assert.equal(await withTimeout(agent.exited, 10_000, "the agent did not end"), null);
+    assert.equal(agent.child.signalCode, "SIGINT", agent.lines.join("\n"));
+    assert.ok(agent.lines.some((line) => line.includes('"stopped"')), agent.lines.join("\n"));
+  });
+
   it("busy agents: five commands on an agent of concurrency 1 all complete", async () => {
     const subject = freshSubject();
     const agent = await startAgent(url, subject, ["--concurrency", "1"]);
