@@ -17,7 +17,7 @@ import { fileURLToPath } from "node:url";
 import { createAccount, createOperator, createUser, type KeyPair } from "@nats-io/nkeys";
 import { type Pool, SpawnPoolError } from "../mod.ts";
 import { natsRequired, natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
-import { alive, HOST, hostArgv, withTimeout } from "./_helpers.ts";
+import { alive, hostArgv, withTimeout } from "./_helpers.ts";
 import { inGroup } from "../support/session.mjs";
 
 /** Why the remote tests cannot run here (no nats-server), or undefined. */
