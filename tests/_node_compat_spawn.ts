@@ -254,7 +254,9 @@ export const spawnScenarios: Scenario[] = [
     read: "none",
     act: (child) => {
       child.stdout!.destroy();
-      setTimeout(() => child.kill(), 2000);
+      // A backstop, far enough for a loaded machine: `yes` stops by itself at once.
+      const backstop = setTimeout(() => child.kill(), 10_000);
+      child.once("exit", () => clearTimeout(backstop));
     },
   }, {
     // `yes` dies of SIGPIPE, or exits 1 on ECONNRESET when the socketpair node and bun use for stdio
