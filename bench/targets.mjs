@@ -21,11 +21,6 @@ const WORKER_RSS_KB = 4096;
 
 const verdict = (value, target) => value >= target ? "met" : `missed by ${((1 - value / target) * 100).toFixed(0)} %`;
 
-/** A row of the C loop's table: its workload, and how its output went where it was read. */
-export function ceilingLabel(c) {
-  return c.output === "collected" ? `${c.workload}, read through a pipe` : c.workload;
-}
-
 /**
  * Lines of Markdown: one per target. `groups` are start.mjs's row groups (`label`, `cases`), `results` its runs
  * (`host`, `paths`), `ceiling` the C loop's rows or undefined.
