@@ -10,6 +10,7 @@ import {
   concatBytes,
   encodeCredit,
   encodeJson,
+  EXIT_TAIL_WINDOWS,
   type ExitInfo,
   FD_PAYLOAD,
   Frame,
@@ -319,11 +320,11 @@ export class Execution implements RequestSink, Submission {
     const stream = this.#outputs[fd];
     if (stream !== undefined) {
       this.#unacked[fd] += chunk.byteLength;
-      if (this.#unacked[fd] > this.request.window) {
+      // Once the command exited, its worker may send a window more: what it left in its pipe (EXIT_TAIL_WINDOWS).
+      const allowed = this.request.window * (this.#exitInfo === undefined ? 1 : EXIT_TAIL_WINDOWS);
+      if (this.#unacked[fd] > allowed) {
         throw new ProtocolError(
-          `Worker sent ${
-            this.#unacked[fd]
-          } bytes of stream ${fd} ahead of credit, past the ${this.request.window}-byte window`,
+          `Worker sent ${this.#unacked[fd]} bytes of stream ${fd} ahead of credit, past the ${allowed}-byte window`,
         );
       }
       stream.push(chunk);

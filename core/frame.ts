@@ -15,7 +15,15 @@
  */
 
 /** Version of the frame protocol; the worker states it in its hello and the host refuses a mismatch. */
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
+
+/**
+ * Once a streamed command has exited (its Exited frame sent), its output may run this many windows ahead of the host's
+ * credit, not one: the worker reads what the command left in its pipe to its end (a pipe holds at most 1 MiB for an
+ * unprivileged process, 64 KiB by default) whether or not anyone reads it, so that an output nobody reads any more
+ * never holds the request, the worker's slot, the zombie or the pipes.
+ */
+export const EXIT_TAIL_WINDOWS = 2;
 
 /** Bytes in a frame header. */
 export const HEADER_BYTES = 9;

@@ -208,6 +208,7 @@ static void on_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t l
     double acked = job->unacked[fd] - (double)get_u32(payload + 1);
     job->unacked[fd] = acked > 0 ? acked : 0;
     if (job->open[fd]) update_pause(job, fd);
+    if (job->exited) arm_grace(job); /* its reader is still there: the quiet period starts again */
     return;
   }
   default:

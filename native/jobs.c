@@ -159,7 +159,13 @@ void check_exit(struct job *job) {
   job->timeout_at = 0;
   /* A forced SIGKILL still due reaches the group while a stream is open: a grandchild may hold it. */
   if (!job->open[1] && !job->open[2]) job->force_at = 0;
-  if (!job->buffered && (job->open[1] || job->open[2])) send_exit(job, F_EXITED, false);
+  if (!job->buffered && (job->open[1] || job->open[2])) {
+    send_exit(job, F_EXITED, false);
+    /* From here its output may run a window further ahead of the host (ahead_allowed): paused streams resume. */
+    for (int fd = 1; fd <= 2; fd++) {
+      if (job->open[fd]) update_pause(job, fd);
+    }
+  }
   arm_grace(job);
   finish(job);
 }

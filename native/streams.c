@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 /*
- * Arms the quiet period that releases streams a grandchild keeps open after the exit: once the child exited,
- * while a stream is still open and none is paused.
+ * Arms the quiet period that releases streams still open after the exit (a grandchild holds them, or nobody reads
+ * them): once the child exited, while a stream is still open. Output read and credit from the host restart it, so
+ * it runs out only once nothing was read and nothing credited for STREAM_GRACE_US: a paused stream whose reader has
+ * gone does not hold its request, its zombie and its pipes for ever.
  */
 void arm_grace(struct job *job) {
   job->grace_at = 0;
-  if (!job->exited || !(job->open[1] || job->open[2]) || job->paused[1] || job->paused[2]) return;
+  if (!job->exited || !(job->open[1] || job->open[2])) return;
   if (job->buffered && output_held) return; /* not read now: what waits in its pipes is not a grandchild's */
   job->grace_at = now_us() + STREAM_GRACE_US;
 }
@@ -217,11 +219,20 @@ static ssize_t collect(struct job *job, int fd) {
 }
 
 /*
+ * Bytes a streamed command's output may be ahead of the host's credit: the window while the command runs, twice that
+ * once it exited (EXIT_TAIL_WINDOWS), so that what it left in its pipe (at most a pipe's capacity, 64 KiB by default
+ * and 1 MiB at most for an unprivileged process) is read to its end without waiting for a reader who may never come.
+ */
+static double ahead_allowed(const struct job *job) {
+  return job->exited ? job->window * EXIT_TAIL_WINDOWS : job->window;
+}
+
+/*
  * Streamed reading pauses while the host's window is full (less than a byte of it left: a window may be fractional),
  * and resumes (arming the grace) once it is not.
  */
 void update_pause(struct job *job, int fd) {
-  bool full = job->window - job->unacked[fd] < 1;
+  bool full = ahead_allowed(job) - job->unacked[fd] < 1;
   if (full == job->paused[fd]) return;
   job->paused[fd] = full;
   watch_set(&job->w_out[fd], full ? 0 : WANT_IN);
@@ -234,7 +245,8 @@ void update_pause(struct job *job, int fd) {
  */
 bool output_waiting(struct job *job) {
   for (int fd = 1; fd <= 2; fd++) {
-    if (job->open[fd] && job->w_out[fd].fd >= 0 && unread_bytes(job->w_out[fd].fd) > 0) {
+    /* A paused stream's unread output waits for credit, not for this loop: it does not count. */
+    if (job->open[fd] && !job->paused[fd] && job->w_out[fd].fd >= 0 && unread_bytes(job->w_out[fd].fd) > 0) {
       return true;
     }
   }
@@ -248,7 +260,7 @@ void read_output(struct job *job, int fd) {
   if (job->buffered) {
     n = collect(job, fd);
   } else {
-    double room = job->window - job->unacked[fd];
+    double room = ahead_allowed(job) - job->unacked[fd];
     size_t max = room >= MAX_CHUNK_BYTES ? MAX_CHUNK_BYTES : (size_t)room;
     if (max == 0) {
       update_pause(job, fd);
@@ -261,6 +273,11 @@ void read_output(struct job *job, int fd) {
       frame_end(fd == 1 ? F_STDOUT : F_STDERR, job->id, (size_t)n);
       job->unacked[fd] += (double)n;
       update_pause(job, fd);
+      /* Streamed output counts against maxBuffer too (the Bun shape's, as Bun's): the command gets its killSignal. */
+      job->total_bytes += (double)n;
+      if (job->has_max_buffer && job->total_bytes > job->max_buffer && !job->exited) {
+        stop_for(job, "maxBuffer", job->kill_signal);
+      }
     }
   }
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;

@@ -40,7 +40,7 @@
 #endif
 
 /* The protocol (core/frame.ts). */
-#define PROTOCOL_VERSION 3
+#define PROTOCOL_VERSION 4
 #define HEADER_BYTES 9
 #define MAX_PAYLOAD_BYTES (64u * 1024u * 1024u)
 #define SECRET_BYTES 32
@@ -66,6 +66,8 @@ enum frame_type {
 /* As worker/serve.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's streams. */
 #define MAX_CHUNK_BYTES (1024 * 1024)
 #define STREAM_GRACE_US (200 * 1000)
+/* After the exit, streamed output may run this many windows ahead of credit (core/frame.ts EXIT_TAIL_WINDOWS). */
+#define EXIT_TAIL_WINDOWS 2
 /* A released socket is closed once its writer has written nothing for LINGER_STILL_US and is blocked on a full socket,
  * or has written nothing for LINGER_IDLE_US, or after LINGER_MAX_US: see release_stream(). */
 #define LINGER_STILL_US 1000

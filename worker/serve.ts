@@ -11,6 +11,7 @@ import {
   decodeFd,
   decodeU32,
   encodeExit,
+  EXIT_TAIL_WINDOWS,
   encodeJson,
   encodeU32,
   FD_PAYLOAD,
@@ -33,7 +34,10 @@ import { Job, parseRequest, type StdinOp } from "./job.ts";
  * ahead rather than let grow past it.
  */
 const MAX_CHUNK_BYTES = 1024 * 1024;
-/** After exit, how long a piped stream may stay silent before it is released (a grandchild holds it). */
+/**
+ * After exit, how long a piped stream may stay quiet (nothing read from the command, nothing credited by the host)
+ * before it is released: a grandchild holds it, or nobody reads it any more.
+ */
 const STREAM_GRACE_MS = 200;
 
 const STDIN_OK = new Uint8Array([0]);
@@ -146,6 +150,7 @@ class Server {
         const stream = job.streams[fd];
         stream.unacked = Math.max(0, stream.unacked - decodeU32(payload, 1));
         if (stream.open) this.#sendHeld(job, fd);
+        if (job.exit) this.#armGrace(job); // its reader is still there: the quiet period starts again
         return;
       }
       default:
@@ -200,6 +205,7 @@ class Server {
     if (!job.request.buffered) {
       stream.held.push(chunk);
       this.#sendHeld(job, fd);
+      this.#countStreamed(job, chunk.byteLength);
     } else {
       this.#collect(job, fd, chunk);
     }
@@ -217,6 +223,8 @@ class Server {
     job.exit = { code, signal };
     if (!job.request.buffered && job.anyOpen) {
       this.#writer.send(Frame.Exited, job.id, encodeExit({ ...job.exit, reason: job.reason }));
+      // From here its output may run a window further ahead of the host (#aheadAllowed): paused streams resume.
+      for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#sendHeld(job, fd);
     }
     this.#armGrace(job);
     this.#finish(job);
@@ -248,13 +256,15 @@ class Server {
   }
 
   /**
-   * Arms the quiet-period timer that releases streams a grandchild keeps open after exit: once the child exited,
-   * while a stream is still open and none is paused.
+   * Arms the quiet-period timer that releases streams still open after the exit (a grandchild holds them, or nobody
+   * reads them): once the child exited, while a stream is still open. Output read and credit from the host restart
+   * it, so it runs out only once nothing was read and nothing credited for STREAM_GRACE_MS: a paused stream whose
+   * reader has gone does not hold its request and its pipes for ever.
    */
   #armGrace(job: Job): void {
     job.grace?.();
     job.grace = undefined;
-    if (!job.exit || !job.anyOpen || job.anyPaused) return;
+    if (!job.exit || !job.anyOpen) return;
     job.grace = this.#timer(STREAM_GRACE_MS, () => {
       job.grace = this.#afterPoll(() => {
         job.grace = undefined;
@@ -308,7 +318,7 @@ class Server {
   #sendHeld(job: Job, fd: StreamFd): void {
     const stream = job.streams[fd];
     const { held } = stream;
-    const window = job.request.window;
+    const window = this.#aheadAllowed(job);
     while (held.length > 0 && stream.unacked < window) {
       // As much of the oldest read as the window has room for, in a frame of at most MAX_CHUNK_BYTES; the rest
       // stays first in line.
@@ -336,6 +346,23 @@ class Server {
       job.child?.resume(fd);
       this.#armGrace(job);
     }
+  }
+
+  /**
+   * Bytes a streamed output may be ahead of the host's credit: the window while the command runs, twice that once it
+   * exited (EXIT_TAIL_WINDOWS), so that what it left in its pipe is read to its end without waiting for a reader who
+   * may never come.
+   */
+  #aheadAllowed(job: Job): number {
+    return job.exit ? job.request.window * EXIT_TAIL_WINDOWS : job.request.window;
+  }
+
+  /** Streamed output counts against maxBuffer too (the Bun shape's, as Bun's): past it, the command gets killSignal. */
+  #countStreamed(job: Job, bytes: number): void {
+    const { maxBuffer } = job.request;
+    if (maxBuffer === undefined) return;
+    job.totalBytes += bytes;
+    if (job.totalBytes > maxBuffer && !job.exit) this.#stopFor(job, "maxBuffer", job.request.killSignal);
   }
 
   /** Collects buffered output in pieces of at most MAX_CHUNK_BYTES, flushed before they would pass it. */

@@ -86,6 +86,8 @@ export class ChildProcess extends EventEmitter {
   #abortPending: AbortSignal | undefined;
   #stdinPending = 0;
   #exitDelivered = false;
+  /** The worker reported the exit ('exit' itself comes a macrotask later): a later failure is not the command's. */
+  #exitReported = false;
   #flushScheduled = false;
   readonly #outputsEnded = new Set<OutputReadable>();
   /** Outputs written into another command's stdin (stdio given as its stream), not this child's streams. */
@@ -168,7 +170,10 @@ export class ChildProcess extends EventEmitter {
         // The exit waits for a later macrotask, as in Node, where it comes in a libuv callback of its own after the
         // pipes' last reads: code that reads one output to its end (a few promise hops) and then starts on the
         // other must find it still unread, not resumed into nobody by the exit's flush of unread outputs.
-        exited: (info) => void setImmediate(() => this.#deliver(() => this.#onExit(info))),
+        exited: (info) => {
+          this.#exitReported = true;
+          setImmediate(() => this.#deliver(() => this.#onExit(info)));
+        },
         failed: (error) => this.#deliver(() => this.#onFail(error)),
       },
     });
@@ -320,6 +325,12 @@ export class ChildProcess extends EventEmitter {
   }
 
   #onFail(error: unknown): void {
+    if (this.#exitReported) {
+      // The command exited; what failed is only the rest of its output (the pool closed with `drain: false`, its
+      // worker died). No 'error' for a command that ran and exited, before or after its 'exit': its outputs have
+      // ended (their sinks heard the failure first), and 'exit' and 'close' follow as for any exit.
+      return;
+    }
     const afterExit = this.#settled;
     this.#settle();
     let reported = error;
