@@ -1,12 +1,14 @@
 /**
- * A mixed load through one pool: `echo`, a 163 KB `cat`, a missing program, a failing exit code, a
- * killed `sleep` and a streamed `yes` whose reader cancels after one chunk, `concurrency` at a time,
- * every result checked. Reports the host's open fds and child processes, and the workers' memory, before
- * and after. Used by tests/soak_test.ts (small) and
- * bench/soak.ts (100,000 spawns).
+ * A mixed load through one pool: `echo`, a 163 KB `cat` (collected, and read as a stream), a missing program, a
+ * failing exit code, a killed `sleep`, a streamed `yes` whose reader cancels after one chunk, and `yes` commands
+ * walked away from (killed or timed out with their output never read, or read a little and then left),
+ * `concurrency` at a time, every result and every output read checked. Reports the host's open fds and child
+ * processes, the workers' fds, children and memory, before and after. Used by tests/soak_test.ts and bench/soak.ts
+ * (100,000 spawns).
  */
 
 import { Buffer } from "node:buffer";
+import { readdirSync } from "node:fs";
 import process from "node:process";
 import { catFixtureBytes, writeCatFixture } from "../support/fixture.mjs";
 import { type Pool, SpawnError } from "../mod.ts";
@@ -19,6 +21,8 @@ export interface SoakReport {
   wrong: string[];
   fds: { before: number; after: number; opened: string[]; closed: string[] };
   children: { before: number; after: number };
+  /** The workers' open fds and children (a command's zombie included), summed over the workers. */
+  workers: { fds: { before: number; after: number }; children: { before: number; after: number } };
   workerRssMB: { before: number[]; after: number[] };
   /** Worker RSS (MB, per worker) after each tenth of the run: flat, or growing? */
   workerRssMBAt: Array<{ spawns: number; rss: number[] }>;
@@ -29,6 +33,16 @@ const fdList = (): string[] => openFds().map(([fd, target]) => `${fd} -> ${targe
 /** This process's live children (zombies excluded). */
 const children = (): number => childPids(process.pid).filter(alive).length;
 const rssMB = (pid: number) => Math.round(rssBytes(pid) / 2 ** 20);
+/** What the workers hold: their open fds and their children, each summed over the workers. */
+function workersHold(pids: number[]): { fds: number; children: number } {
+  let fds = 0;
+  let kids = 0;
+  for (const pid of pids) {
+    fds += readdirSync(`/proc/${pid}/fd`).length;
+    kids += childPids(pid).length;
+  }
+  return { fds, children: kids };
+}
 
 /**
  * A fast writer whose reader leaves after the first chunk: the output past the window waits in the worker,
@@ -89,6 +103,35 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
       const what = await cancelledYes(pool);
       if (what !== undefined) wrong.push(`yes ${i}: ${what}`);
     },
+    async (i: number) => {
+      const proc = pool.spawn(["cat", catFile]);
+      const out = Buffer.from(await new Response(proc.stdout as ReadableStream<Uint8Array>).arrayBuffer());
+      if (!catBytes.equals(out) || (await proc.exited) !== 0) wrong.push(`streamed cat ${i}`);
+    },
+    async (i: number) => {
+      // Killed, its output never read: the request must complete all the same.
+      const proc = pool.spawn(["yes"]);
+      await proc.spawned;
+      proc.kill();
+      const code = await proc.exited;
+      if (code !== 143) wrong.push(`unread yes ${i}: exit ${code}`);
+    },
+    async (i: number) => {
+      // Timed out, its output never read.
+      const code = await pool.spawn(["yes"], { timeout: 20 }).exited;
+      if (code !== 143) wrong.push(`timed-out yes ${i}: exit ${code}`);
+    },
+    async (i: number) => {
+      // A little read, then the reader walks away (no cancel) and the command is killed.
+      const child = pool.command("yes", { stdout: "piped" }).spawn();
+      const reader = child.stdout.getReader();
+      const first = await reader.read();
+      reader.releaseLock();
+      child.kill("SIGKILL");
+      const status = await child.status;
+      const ok = !first.done && first.value[0] === 0x79 && status.signal === "SIGKILL";
+      if (!ok) wrong.push(`left yes ${i}: ${JSON.stringify(status)}`);
+    },
   ];
   // A warm-up first: runtimes open a few fds of their own early on, once. Deno opens a socketpair the
   // first time its garbage collector works under pressure (a bare script that allocates 330 MB does too),
@@ -98,7 +141,8 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
   await Promise.all(Array.from({ length: concurrency }, async () => {
     for (let i = warm++; i < 200; i = warm++) await kinds[i % kinds.length](-1 - i);
   }));
-  const before = { fds: fdList(), children: children(), rss: workers.map(rssMB) };
+  await settled(pool);
+  const before = { fds: fdList(), children: children(), rss: workers.map(rssMB), workers: workersHold(workers) };
   let next = 0;
   const checkpoints: Array<{ spawns: number; rss: number[] }> = [];
   const tenth = Math.max(1, Math.floor(spawns / 10));
@@ -110,7 +154,8 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
     }
   }));
   const seconds = (performance.now() - start) / 1000;
-  const after = { fds: fdList(), children: children(), rss: workers.map(rssMB) };
+  await settled(pool);
+  const after = { fds: fdList(), children: children(), rss: workers.map(rssMB), workers: workersHold(workers) };
   return {
     spawns,
     seconds: Number(seconds.toFixed(1)),
@@ -122,7 +167,20 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
       closed: before.fds.filter((fd) => !after.fds.includes(fd)),
     },
     children: { before: before.children, after: after.children },
+    workers: {
+      fds: { before: before.workers.fds, after: after.workers.fds },
+      children: { before: before.workers.children, after: after.workers.children },
+    },
     workerRssMB: { before: before.rss, after: after.rss },
     workerRssMBAt: checkpoints,
   };
+}
+
+/**
+ * Waits (up to 5 s) until no request is in flight: every command above has exited when its check returns, but a
+ * request completes a moment later, once the rest of its output has come (at most a 200 ms grace).
+ */
+async function settled(pool: Pool): Promise<void> {
+  const deadline = performance.now() + 5000;
+  while (pool.stats().inFlight > 0 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10));
 }

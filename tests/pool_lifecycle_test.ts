@@ -263,4 +263,17 @@ describe(`${HOST} host, pool lifecycle`, () => {
     assert.equal(out.code, 0);
     await pool.close();
   });
+
+  it("a script that ends commands and never reads their output exits on its own, soon after the last", async () => {
+    const pool = new Pool({ size: 1 });
+    const [exe, ...args] = hostArgv(fixture("walk_away.ts"));
+    const out = await pool.command(exe, { args, timeout: 30_000 }).output();
+    const exitedAt = Date.now();
+    assert.equal(out.code, 0, text(out.stderr));
+    // Within a second on a quiet machine (the runtime's own exit included); the margin is for a loaded one. Before
+    // the fix it never exited.
+    const lastCommandAt = Number(text(out.stdout).trim());
+    assert.ok(exitedAt - lastCommandAt < 3000, `exited ${exitedAt - lastCommandAt} ms after its last command`);
+    await pool.close();
+  });
 });
