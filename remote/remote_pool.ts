@@ -80,6 +80,8 @@ export class RemotePool implements Scheduler {
   #agentsSeen = 0;
   #timer: ReturnType<typeof setInterval> | undefined;
   #idle: ReturnType<typeof setTimeout> | undefined;
+  /** The timers of reply subjects kept a while after their commands ended ({@linkcode RemotePool.unregisterLater}). */
+  readonly #lingering = new Set<ReturnType<typeof setTimeout>>();
   /** Calls that need the connection while no command runs (`ready()`): no idle close meanwhile. */
   #holds = 0;
   #closed: Promise<void> | undefined;
@@ -185,6 +187,8 @@ export class RemotePool implements Scheduler {
     for (const command of [...this.#live]) command.fail(poolClosed(command.cmd));
     clearInterval(this.#timer);
     clearTimeout(this.#idle);
+    for (const timer of this.#lingering) clearTimeout(timer);
+    this.#lingering.clear();
     const nc = this.#nc ?? await this.#connecting?.catch(() => undefined);
     await nc?.drain().catch(() => nc.close());
     this.#shut = true;
@@ -287,6 +291,19 @@ export class RemotePool implements Scheduler {
   /** @internal Forgets a reply subject. */
   unregister(reply: string): void {
     this.#replies.delete(reply);
+  }
+
+  /**
+   * @internal Forgets a reply subject after `ms`: an offer may have reached an agent whose answer is on its way, to be
+   * cancelled when it comes. The wait never keeps the process alive, and close() ends it (the connection goes).
+   */
+  unregisterLater(reply: string, ms: number): void {
+    const timer = setTimeout(() => {
+      this.#lingering.delete(timer);
+      this.unregister(reply);
+    }, ms);
+    (timer as { unref?: () => void }).unref?.();
+    this.#lingering.add(timer);
   }
 
   /** @internal A command ended (it may keep its reply subject a while, to cancel a late acceptance). */
@@ -628,8 +645,7 @@ class RemoteCommand implements RequestChannel {
     clearTimeout(this.#retry);
     if (this.#control === undefined && this.#reply !== "" && this.#retry === undefined) {
       // An offer may have reached an agent whose answer is on its way: the reply subject stays a while, to cancel it.
-      const reply = this.#reply;
-      setTimeout(() => this.#pool.unregister(reply), 2 * AGENT_SILENCE_MS);
+      this.#pool.unregisterLater(this.#reply, 2 * AGENT_SILENCE_MS);
     } else {
       this.#pool.unregister(this.#reply);
     }

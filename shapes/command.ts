@@ -64,8 +64,9 @@ const DENO_ERROR_CLASS: Record<string, string> = {
  */
 function denoStyle(error: unknown): unknown {
   if (!(error instanceof SpawnError)) return error;
-  // Deno reports a cwd that is not a directory as NotFound, like a missing one.
-  const name = error.reason.startsWith("cwd is not a directory") ? "NotFound" : DENO_ERROR_CLASS[error.code];
+  // Deno's output() and spawn() report a cwd that is not a directory as a missing one: NotFound, code ENOENT.
+  const notADirectory = error.reason.startsWith("cwd is not a directory");
+  const name = notADirectory ? "NotFound" : DENO_ERROR_CLASS[error.code];
   if (name === undefined) return error;
   // A Deno worker's own report is already in Deno's words.
   const message = error.reason.startsWith("Failed to spawn ")
@@ -73,7 +74,7 @@ function denoStyle(error: unknown): unknown {
     : `Failed to spawn '${error.path}': ${error.reason}`;
   const DenoError = (globalThis as { Deno?: DenoErrorsLike }).Deno?.errors?.[name];
   const converted = DenoError ? new DenoError(message) : Object.assign(new Error(message), { name });
-  return Object.assign(converted, { code: error.code, cause: error });
+  return Object.assign(converted, { code: notADirectory ? "ENOENT" : error.code, cause: error });
 }
 
 /** Throws, as `Deno.Command` does at the call, a failure the host can already see (a missing program or cwd). */

@@ -202,8 +202,9 @@ await forEachWorker(title, (pool, _runtime, workers) => {
       const missing = join(scratch, "no-such-dir");
       const file = join(scratch, "a-file");
       writeFileSync(file, "");
+      // As Deno.Command's output() and spawn(): a cwd that is a file is NotFound, code ENOENT, like a missing one.
       const deno = (name: string, message: string) => (e: Error & { code?: string }) => {
-        assert.deepEqual([e.name, e.message], [name, `Failed to spawn 'pwd': ${message}`]);
+        assert.deepEqual([e.name, e.code, e.message], [name, "ENOENT", `Failed to spawn 'pwd': ${message}`]);
         return true;
       };
       assert.throws(() => pool.command("pwd", { cwd: missing }).output(), deno("NotFound", `No such cwd '${missing}'`));

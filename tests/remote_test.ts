@@ -96,6 +96,29 @@ describe(`${HOST} host, remote pools over NATS`, { skip, concurrency: false }, (
     }
   });
 
+  it("no agents: a script that closes its pool after ERR_NO_AGENTS exits at once", async () => {
+    const script = join(scratch, "no_agents.ts");
+    writeFileSync(
+      script,
+      `import { Pool } from ${JSON.stringify(MOD)};
+const pool = new Pool({ remote: { servers: ${JSON.stringify(url)}, subject: ${JSON.stringify(freshSubject())} } });
+await pool.command("echo").output().catch((error) => console.log(error.code));
+await pool.close();
+console.log(Date.now());
+`,
+    );
+    const [exe, ...args] = hostArgv(script);
+    const child = spawnChild(exe, args, { stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (chunk) => (out += chunk));
+    await withTimeout(new Promise((resolve) => child.on("exit", resolve)), 20_000, "the script did not exit");
+    const exitedAt = Date.now();
+    const [code, closedAt] = out.trim().split("\n");
+    assert.equal(code, "ERR_NO_AGENTS");
+    // It lingered 3 s (a reply subject kept for a late acceptance, on a timer that held the process).
+    assert.ok(exitedAt - Number(closedAt) < 1500, `exited ${exitedAt - Number(closedAt)} ms after close()`);
+  });
+
   it("a remote pool loads on first use: commands given meanwhile are counted as queued and all run", async () => {
     const pool = new Pool({ remote: { servers: url, subject: sharedSubject } });
     try {
