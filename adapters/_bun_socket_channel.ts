@@ -15,6 +15,37 @@ import type { ByteChannel, ChannelReceiver } from "../core/adapter.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { allocateUnzeroed } from "./_socket_channel.ts";
 
+/** The part of Bun's `Socket` this channel uses: `write` returns how many bytes the kernel took, -1 if none. */
+interface BunSocket {
+  write(data: Uint8Array): number;
+  terminate(): void;
+  ref(): void;
+  unref(): void;
+}
+
+/** The handlers this channel gives `Bun.connect`, its data as `Uint8Array`s. */
+interface BunSocketHandler {
+  binaryType: "uint8array";
+  data(socket: BunSocket, chunk: Uint8Array): void;
+  drain(socket: BunSocket): void;
+  error(socket: BunSocket, error: Error): void;
+  close(socket: BunSocket, error?: Error): void;
+  connectError(socket: BunSocket, error: Error): void;
+}
+
+/**
+ * The part of Bun's global this channel uses: typed here, so that the library type-checks without bun-types (which
+ * describe `unix` and `hostname` targets only; Bun also adopts a connected socket's fd).
+ */
+interface BunConnector {
+  connect(options: ({ fd: number } | { unix: string }) & { socket: BunSocketHandler }): Promise<BunSocket>;
+}
+
+/** Bun's global; this channel is used only in Bun. */
+function bun(): BunConnector {
+  return (globalThis as unknown as { Bun: BunConnector }).Bun;
+}
+
 /**
  * Wraps the connected socket on `target.fd`, or connects to the unix socket at `target.unix` (abstract when it
  * starts with a NUL); resolves once Bun has adopted or connected it.
@@ -33,7 +64,7 @@ export async function bunSocketChannel(target: { fd: number } | { unix: string }
     queue.length = 0;
     receiver?.close(failure);
   };
-  const flush = (socket: Bun.Socket) => {
+  const flush = (socket: BunSocket) => {
     while (queue.length > 0) {
       const head = queue[0];
       const written = socket.write(head);
@@ -45,7 +76,7 @@ export async function bunSocketChannel(target: { fd: number } | { unix: string }
       queue.shift();
     }
   };
-  const handler: Bun.SocketHandler<undefined, "uint8array"> = {
+  const handler: BunSocketHandler = {
     binaryType: "uint8array",
     data(_socket, chunk) {
       if (closed) return;
@@ -69,8 +100,7 @@ export async function bunSocketChannel(target: { fd: number } | { unix: string }
       finish();
     },
   };
-  // bun-types describes `unix` and `hostname` targets only; Bun also adopts a connected socket's fd.
-  const socket = await Bun.connect({ ...target, socket: handler } as unknown as Bun.UnixSocketOptions);
+  const socket = await bun().connect({ ...target, socket: handler });
   return {
     allocate: allocateUnzeroed,
     start(r) {

@@ -16,6 +16,58 @@ import { releasePumps, StreamPump } from "./_stream_pump.ts";
 
 type BunStdio = "pipe" | "inherit" | "ignore";
 
+/** The options this adapter gives `Bun.spawn`. */
+interface BunSpawnOptions {
+  cmd: string[];
+  cwd?: string;
+  env?: Record<string, string | undefined>;
+  /** Bun's other form of stdio: `[stdin, stdout, stderr, ...]`; a fourth "pipe" is a socketpair on fd 3. */
+  stdio?: BunStdio[];
+  stdin?: BunStdio;
+  stdout?: BunStdio;
+  stderr?: BunStdio;
+  argv0?: string;
+  uid?: number;
+  gid?: number;
+  detached?: boolean;
+}
+
+/** A child's stdin where it is piped, as Bun's `FileSink`: `write`, `flush` and `end` wait when the pipe is full. */
+interface BunFileSink {
+  write(chunk: string | Uint8Array): number | Promise<number>;
+  flush(): number | Promise<number>;
+  end(): number | Promise<number>;
+  ref(): void;
+  unref(): void;
+}
+
+/** The part of Bun's `Subprocess` this adapter uses. */
+interface BunSubprocess {
+  readonly pid: number;
+  readonly stdin: BunFileSink | number | null | undefined;
+  readonly stdout: ReadableStream<Uint8Array> | number | null | undefined;
+  readonly stderr: ReadableStream<Uint8Array> | number | null | undefined;
+  /** Null for the three standard slots; a descriptor for each "pipe" past them. */
+  readonly stdio: readonly (number | null)[];
+  readonly exited: Promise<number>;
+  readonly exitCode: number | null;
+  /** A signal's name, or the number of a real-time signal, which has none. */
+  readonly signalCode: string | number | null;
+  kill(signal?: string | number): void;
+  ref(): void;
+  unref(): void;
+}
+
+/** The part of Bun's global this adapter uses: typed here, so that the library type-checks without bun-types. */
+interface BunSpawner {
+  spawn(options: BunSpawnOptions): BunSubprocess;
+}
+
+/** Bun's global; this adapter runs only in Bun. */
+function bun(): BunSpawner {
+  return (globalThis as unknown as { Bun: BunSpawner }).Bun;
+}
+
 function bunStdio(mode: StdioMode, isStdin: boolean): BunStdio {
   if (mode === "piped") return "pipe";
   return mode === "inherit" && !isStdin ? "inherit" : "ignore";
@@ -39,7 +91,7 @@ export const bunAdapter: Adapter = {
     const pending = net ? await net.listenForWorker() : undefined;
     let proc;
     try {
-      proc = Bun.spawn({
+      proc = bun().spawn({
         cmd: [launch.execPath, ...launch.args],
         stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
         env: { ...system.environment(), SPAWNPOOL_CHANNEL: launch.channel },
@@ -52,7 +104,7 @@ export const bunAdapter: Adapter = {
     const exited = proc.exited.then(() => {});
     let channel;
     if (pending) {
-      const stdin = proc.stdin as Bun.FileSink;
+      const stdin = proc.stdin as BunFileSink;
       channel = await unix!.handshake(pending, {
         exited,
         sendLine: async (line) => {
@@ -75,7 +127,7 @@ export const bunAdapter: Adapter = {
       pid: proc.pid,
       channel,
       exited,
-      kill: (signal = "SIGTERM") => proc.kill(signal as NodeJS.Signals),
+      kill: (signal = "SIGTERM") => proc.kill(signal),
       killOrphans: orphanKiller(launch.ownGroup, proc.pid),
       ref: () => proc.ref(),
       unref: () => proc.unref(),
@@ -93,7 +145,7 @@ export const bunAdapter: Adapter = {
 
   spawn(request, events, inHost) {
     const ownGroup = !inHost || request.group || request.detached === true;
-    const proc = Bun.spawn({
+    const proc = bun().spawn({
       cmd: [request.cmd, ...request.args],
       cwd: request.cwd,
       env: commandEnv(request),
@@ -150,7 +202,7 @@ export const bunAdapter: Adapter = {
       },
       kill(signal, group) {
         if (group && ownGroup) system.kill(-pid, signal);
-        else proc.kill(signal as NodeJS.Signals);
+        else proc.kill(signal);
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),

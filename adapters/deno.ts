@@ -270,6 +270,7 @@ export const denoAdapter: Adapter = {
     if (request.stderr === "piped") {
       pumps[2] = new StreamPump(child.stderr, (chunk) => events.data(2, chunk), () => events.end(2));
     }
+    const stdin = request.stdin === "piped" ? child.stdin.getWriter() : undefined;
     void child.status.then(
       (status) => events.exit(status.signal ? null : status.code, status.signal),
       (error) => {
@@ -278,8 +279,11 @@ export const denoAdapter: Adapter = {
         const exit = signal === undefined ? { code: 1, signal: null } : exitBySignal(Number(signal));
         events.exit(exit.code, exit.signal);
       },
-    );
-    const stdin = request.stdin === "piped" ? child.stdin.getWriter() : undefined;
+    ).finally(() => {
+      // The command is gone: its stdin pipe goes now, as Node's ChildProcess destroys stdin at exit, rather than
+      // whenever the collector finds the writer (a worker held tens of dead commands' pipes that way).
+      stdin?.abort().catch(() => {});
+    });
     const pid = child.pid;
     const controls: SpawnedChild = {
       pid,
