@@ -18,16 +18,102 @@ function loaderVariables(env: Record<string, string> | undefined): string[] {
   return Object.keys(env).filter((name) => /^\s*(?:ld_|dyld_)/i.test(name) && env[name] !== "").sort();
 }
 
+/** Resolutions made, by PATH, cwd and name: a program is looked for once (what was checked is what is sent). */
+const resolved = new Map<string, string>();
+/** Entries kept in `resolved` before it starts again. */
+const MAX_RESOLVED = 1024;
+
+/** Deno's error for a program that could not be resolved on a call's PATH. */
+function notCapableToResolve(command: string): Error {
+  return new Deno.errors.NotCapable(
+    `Requires read access to find "${command}" on the command's own PATH, run again with the --allow-read flag ` +
+      `(or give the program's absolute path)`,
+  );
+}
+
+/** This process's PATH, or undefined where it may not be read without asking. */
+function hostPath(): string | undefined {
+  if (Deno.permissions.querySync({ name: "env", variable: "PATH" }).state !== "granted") return undefined;
+  return Deno.env.get("PATH");
+}
+
+/** This process's working directory, or undefined where it may not be read without asking. */
+function hostCwd(): string | undefined {
+  try {
+    return Deno.cwd();
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether `path` is an executable file; undefined where that cannot be told (no read permission for it). */
+function executable(path: string): boolean | undefined {
+  try {
+    const stat = Deno.statSync(path);
+    return stat.isFile && ((stat.mode ?? 0o111) & 0o111) !== 0;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound || error instanceof Deno.errors.NotADirectory) return false;
+    if (error instanceof Deno.errors.PermissionDenied) return false;
+    return undefined;
+  }
+}
+
+/** `path` against `cwd` when relative (undefined if it is and `cwd` is unknown). */
+function absolute(path: string, cwd: string | undefined): string | undefined {
+  if (path.startsWith("/")) return path;
+  if (cwd === undefined) return undefined;
+  return `${cwd.replace(/\/+$/, "")}/${path}`;
+}
+
+/**
+ * The program `Deno.Command` would run for `request`, found as it finds it: a name with a slash against the command's
+ * cwd; a bare name on the command's own PATH (its `env.PATH`, else this process's), relative entries against its cwd,
+ * the first executable file. Undefined where that cannot be told (no read permission for what must be looked at).
+ * Throws `Deno.errors.NotFound`, as `Deno.Command` does, for a name that is nowhere on that PATH.
+ */
+function resolveProgram(request: SpawnRequest): string | undefined {
+  const { cmd, env } = request;
+  const cwd = request.cwd !== undefined ? absolute(request.cwd, hostCwd()) : hostCwd();
+  if (cmd.includes("/")) return absolute(cmd, cwd);
+  const own = env !== undefined && Object.hasOwn(env, "PATH");
+  const path = own ? env.PATH : hostPath();
+  if (path === undefined) return undefined;
+  const key = `${path}\0${cwd}\0${cmd}`;
+  const known = resolved.get(key);
+  if (known !== undefined) return known;
+  for (const entry of path.split(":")) {
+    const dir = absolute(entry === "" ? "." : entry, cwd);
+    if (dir === undefined) return undefined;
+    const candidate = `${dir.replace(/\/+$/, "")}/${cmd}`;
+    const found = executable(candidate);
+    if (found === undefined) return undefined;
+    if (found) {
+      if (resolved.size >= MAX_RESOLVED) resolved.clear();
+      resolved.set(key, candidate);
+      return candidate;
+    }
+  }
+  throw Object.assign(new Deno.errors.NotFound(`Failed to spawn '${cmd}': entity not found`), { code: "ENOENT" });
+}
+
 /**
  * Throws `Deno.errors.NotCapable`, with Deno's own message, if this Deno process may not start `request`
  * itself: a loader variable (`LD_*`, `DYLD_*`) without unscoped `--allow-run`, or a program outside the run
  * permission. A program whose permission is "prompt" is asked for, as `Deno.Command` asks (interactively, or
  * denied under `--no-prompt`).
  *
+ * Under a scoped run permission the program is found on the host as `Deno.Command` finds it (the command's own
+ * PATH and cwd), the permission is checked for the file found, and the request is sent with that absolute path as its
+ * program (`argv[0]` is that path, as `Deno.Command` gives it): no second lookup in a worker can choose another
+ * binary (a planted `echo` on a PATH the call passes). Where the host may not look (no read permission), only a call
+ * that searches this process's own PATH of absolute directories is admitted by the name's permission, and any other
+ * is refused. With `resolve` false (a remote pool: the program is found on the agent's machine), the name as given is
+ * checked.
+ *
  * Only the variables the request sets are checked: the rest of a command's environment is its worker's, which
  * Deno checked when the host started that worker with `Deno.Command`.
  */
-export function admitRun(request: SpawnRequest): void {
+export function admitRun(request: SpawnRequest, resolve = true): void {
   const permissions = Deno.permissions;
   // Unscoped: granted, and not partly (`--deny-run=...` beside `--allow-run` or `-A` is granted but partial).
   const all = permissions.querySync({ name: "run" });
@@ -40,10 +126,25 @@ export function admitRun(request: SpawnRequest): void {
         `Alternatively, spawn with ${these} environment variable${s} unset.`,
     );
   }
-  const command = request.cmd;
+  const name = request.cmd;
+  let command = name;
+  if (resolve) {
+    const program = resolveProgram(request);
+    if (program !== undefined) {
+      command = program;
+    } else if (!name.includes("/")) {
+      // Not found here: admitted by its name only if the worker searches what Deno searched for that name.
+      const own = request.env !== undefined && Object.hasOwn(request.env, "PATH") ? request.env.PATH : undefined;
+      const path = own ?? hostPath();
+      const searchesOwnPath = (own === undefined || own === hostPath()) &&
+        (path === undefined || path.split(":").every((entry) => entry.startsWith("/")));
+      if (!searchesOwnPath) throw notCapableToResolve(name);
+    }
+  }
   let state = permissions.querySync({ name: "run", command }).state;
   if (state === "prompt") state = permissions.requestSync({ name: "run", command }).state;
   if (state !== "granted") {
-    throw new Deno.errors.NotCapable(`Requires run access to "${command}", run again with the --allow-run flag`);
+    throw new Deno.errors.NotCapable(`Requires run access to "${name}", run again with the --allow-run flag`);
   }
+  request.cmd = command;
 }

@@ -206,9 +206,11 @@ export interface Adapter {
    * Host side, optional: applies the host runtime's own rules for starting `request` before it leaves the host,
    * throwing what the runtime's native spawn would throw. A Deno host checks its run permission here: its
    * workers were granted `--allow-run` to spawn anything, so without this check a pool would widen what the
-   * user granted.
+   * user granted. It may rewrite `request.cmd` to the program it checked (a Deno host under a scoped run permission
+   * sends the absolute path it found, so that no second lookup can choose another); with `resolve` false (a remote
+   * pool, whose programs are found on another machine) it checks the name as given.
    */
-  admit?(request: SpawnRequest): void;
+  admit?(request: SpawnRequest, resolve?: boolean): void;
   /** Host side: starts a worker process and returns it once its channel is connected (and, for "unix", authenticated). */
   startWorker(launch: WorkerLaunch): Promise<WorkerProcess>;
   /** Worker side: opens the channel to the host that started this process. */

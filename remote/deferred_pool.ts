@@ -18,7 +18,7 @@ export class DeferredRemotePool implements Scheduler {
   /** The options as checked when the pool was made (a copy: the caller's object may change after). */
   readonly #options: RemoteOptions;
   readonly #maxQueue: number;
-  readonly #admit: ((request: SpawnRequest) => void) | undefined;
+  readonly #admit: ((request: SpawnRequest, resolve?: boolean) => void) | undefined;
   #pool: RemotePool | undefined;
   #loading: Promise<RemotePool> | undefined;
   /** Commands submitted while the module loads, in order. */
@@ -30,7 +30,7 @@ export class DeferredRemotePool implements Scheduler {
    *
    * @throws {TypeError} For bad options.
    */
-  constructor(options: RemoteOptions, maxQueue: number, admit?: (request: SpawnRequest) => void) {
+  constructor(options: RemoteOptions, maxQueue: number, admit?: (request: SpawnRequest, resolve?: boolean) => void) {
     this.#options = checkRemoteOptions(options);
     this.#maxQueue = maxQueue;
     this.#admit = admit;
@@ -38,7 +38,7 @@ export class DeferredRemotePool implements Scheduler {
 
   /** @internal The host runtime's rules for starting a command (a Deno host's run permission). */
   admit(request: SpawnRequest): void {
-    this.#admit?.(request);
+    this.#admit?.(request, false);
   }
 
   /** Loads the remote pool, connects, and resolves once an agent answered (as `RemotePool.ready`). */

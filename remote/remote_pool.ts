@@ -67,7 +67,7 @@ const IDLE_AGENTS_KEPT = 64;
 export class RemotePool implements Scheduler {
   readonly #options: RemoteOptions & { subject: string };
   readonly #maxQueue: number;
-  readonly #admit: ((request: SpawnRequest) => void) | undefined;
+  readonly #admit: ((request: SpawnRequest, resolve?: boolean) => void) | undefined;
   #connecting: Promise<NatsConnection> | undefined;
   #nc: NatsConnection | undefined;
   #inbox = "";
@@ -96,7 +96,7 @@ export class RemotePool implements Scheduler {
   constructor(
     options: RemoteOptions,
     maxQueue: number = Infinity,
-    admit?: (request: SpawnRequest) => void,
+    admit?: (request: SpawnRequest, resolve?: boolean) => void,
   ) {
     this.#options = checkRemoteOptions(options);
     this.#maxQueue = maxQueue;
@@ -108,7 +108,7 @@ export class RemotePool implements Scheduler {
    * permissions bind what it asks of agents as they bind what it asks of local workers.
    */
   admit(request: SpawnRequest): void {
-    this.#admit?.(request);
+    this.#admit?.(request, false);
   }
 
   /** The pool's subject. */

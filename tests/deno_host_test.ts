@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -195,7 +195,7 @@ function workerPaths(runtime: string): string {
  * A host that tries each spawn path (the Deno shape's output() and spawn(), the Bun shape, the node drop-in's
  * spawn and execFile) with `cmd`, printing "<path> <cmd> ok <stdout>" or "<path> <cmd> <error class> <message>".
  */
-const permissionProbe = (runtime: string, commands: string[], env: Record<string, string> = {}) => `
+const permissionProbe = (runtime: string, commands: string[], env: Record<string, string> = {}, cwd?: string) => `
 import { Pool } from "${join(root, "mod.ts")}";
 import { childProcessFor } from "${join(root, "node.ts")}";
 import process from "node:process";
@@ -203,22 +203,23 @@ const pool = new Pool({ size: 1, runtime: "${runtime}" });
 const childProcess = childProcessFor(pool);
 await pool.ready();
 const env = ${JSON.stringify(env)};
+const cwd = ${JSON.stringify(cwd)};
 const text = (bytes) => new TextDecoder().decode(bytes).trim();
 const kind = (error) => error instanceof Deno.errors.NotCapable ? "NotCapable" : error?.name;
 for (const cmd of ${JSON.stringify(commands)}) {
   const paths = {
-    output: async () => text((await pool.command(cmd, { args: ["x"], env }).output()).stdout),
-    spawn: async () => text((await pool.command(cmd, { args: ["x"], env, stdout: "piped" }).spawn().output()).stdout),
-    bun: async () => (await new Response(pool.spawn([cmd, "x"], { env: { ...Deno.env.toObject(), ...env } }).stdout).text()).trim(),
+    output: async () => text((await pool.command(cmd, { args: ["x"], env, cwd }).output()).stdout),
+    spawn: async () => text((await pool.command(cmd, { args: ["x"], env, cwd, stdout: "piped" }).spawn().output()).stdout),
+    bun: async () => (await new Response(pool.spawn([cmd, "x"], { env: { ...Deno.env.toObject(), ...env }, cwd }).stdout).text()).trim(),
     node: () => new Promise((resolve, reject) => {
-      const child = childProcess.spawn(cmd, ["x"], { env: { ...process.env, ...env } });
+      const child = childProcess.spawn(cmd, ["x"], { env: { ...process.env, ...env }, cwd });
       let out = "";
       child.stdout.on("data", (chunk) => (out += chunk));
       child.on("error", reject);
       child.on("close", () => resolve(out.trim()));
     }),
     execFile: () => new Promise((resolve, reject) => {
-      childProcess.execFile(cmd, ["x"], { env: { ...process.env, ...env } }, (error, stdout) => error ? reject(error) : resolve(stdout.trim()));
+      childProcess.execFile(cmd, ["x"], { env: { ...process.env, ...env }, cwd }, (error, stdout) => error ? reject(error) : resolve(stdout.trim()));
     }),
   };
   for (const [path, run] of Object.entries(paths)) {
@@ -248,6 +249,38 @@ describe("a Deno host's run permission binds every pooled command", () => {
         ...PATHS.map((path) => `${path} echo ok x`),
         ...PATHS.map((path) => notCapable(path, "id")),
       ]);
+    });
+
+    it(`--allow-run=<${runtime} worker>,echo: an echo planted on the call's own PATH never runs (${runtime} workers)`, async () => {
+      // As Deno.Command: the program is found on the call's PATH, and the file found is what the permission is
+      // checked for, and what the worker runs (no second lookup).
+      const planted = mkdtempSync(join(scratch, "planted-"));
+      const marker = join(planted, "ran");
+      writeFileSync(join(planted, "echo"), `#!/bin/sh\n: > '${marker}'\necho planted\n`, { mode: 0o755 });
+      const allow = `--allow-run=${workerPaths(runtime)},echo`;
+      const { out } = await deno([allow, ...rest], permissionProbe(runtime, ["echo"], { PATH: planted }));
+      assert.deepEqual(out.trim().split("\n"), PATHS.map((path) => notCapable(path, "echo")));
+      assert.equal(existsSync(marker), false, "the planted echo ran");
+      // Relative PATH entries are the call's cwd's, as Deno finds them: "." with the planted directory as cwd.
+      const relative = await deno([allow, ...rest], permissionProbe(runtime, ["echo"], { PATH: "." }, planted));
+      assert.deepEqual(relative.out.trim().split("\n"), PATHS.map((path) => notCapable(path, "echo")));
+      assert.equal(existsSync(marker), false, "the planted echo ran");
+    });
+
+    it(`--allow-run=<${runtime} worker>,echo without --allow-read: a call's own PATH is refused, the host's is not (${runtime} workers)`, async () => {
+      // The host cannot look for the program on the call's PATH: it refuses rather than let the worker choose.
+      const planted = mkdtempSync(join(scratch, "planted-"));
+      const marker = join(planted, "ran");
+      writeFileSync(join(planted, "echo"), `#!/bin/sh\n: > '${marker}'\necho planted\n`, { mode: 0o755 });
+      const allow = `--allow-run=${workerPaths(runtime)},echo`;
+      const flags = [allow, "--allow-net", "--allow-env", `--allow-read=${root}`];
+      const { out } = await deno(flags, permissionProbe(runtime, ["echo"], { PATH: planted }));
+      const refused = 'NotCapable Requires read access to find "echo" on the command\'s own PATH, run again with the ' +
+        "--allow-read flag (or give the program's absolute path)";
+      assert.deepEqual(out.trim().split("\n"), PATHS.map((path) => `${path} echo ${refused}`));
+      assert.equal(existsSync(marker), false, "the planted echo ran");
+      const own = await deno(flags, permissionProbe(runtime, ["echo"]));
+      assert.deepEqual(own.out.trim().split("\n"), PATHS.map((path) => `${path} echo ok x`));
     });
 
     it(`--deny-run=id with everything else allowed: id is NotCapable (${runtime} workers)`, async () => {
