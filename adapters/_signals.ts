@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { Adapter } from "../core/adapter.ts";
+import type { Adapter, ChildProof } from "../core/adapter.ts";
 import type { SpawnRequest } from "../core/frame.ts";
 import { system } from "./_system.ts";
 
@@ -21,26 +21,54 @@ export function onTerminateSignal(handler: () => void): void {
 
 /**
  * Whether `group` may be signalled as a process group by this process: never 0 or 1 (to kill() they mean "my own
- * group" and "every process"), never this process's own pid or group; and, on Linux, not the pid of a live process
- * that leads no group of that id (its group is gone, and the pid now names something else), as /proc tells. A pid
- * with no live process may still name a group whose leader exited while its members run on: that one is killed.
+ * group" and "every process"), never this process's own pid or group, never a number kill() would read otherwise (past
+ * 2^31 - 1, a runtime may pass it on cut to 32 bits, and -group would name another process). With `start` (a command
+ * vouched for, {@linkcode vouchFor}): the process of that pid, if it is alive, must still be the one that started
+ * then and lead its group; with none alive, the group's id cannot have been taken by another while any of its
+ * members run, so what is left of it is killed. Without `start` (the worker itself, the host's own child): on Linux,
+ * not the pid of a live process that leads no group of that id.
  */
-function mayKillGroup(group: number): boolean {
-  if (!Number.isInteger(group) || group <= 1 || group === system.pid) return false;
-  if (system.platform !== "linux" || !procReadable()) return true;
+function mayKillGroup(group: number, start?: string): boolean {
+  if (!Number.isInteger(group) || group <= 1 || group > 0x7fff_ffff || group === system.pid) return false;
+  if (system.platform !== "linux" || !procReadable()) return start === undefined;
   if (group === groupOf("self")) return false;
+  let stat: string[];
   try {
-    return groupOf(String(group)) === group;
+    stat = statFields(String(group));
   } catch {
     return true; // no such process
   }
+  return Number(stat[2]) === group && (start === undefined || stat[19] === start);
+}
+
+/** The fields of /proc/<pid>/stat after the command's name (state, ppid, pgrp, ...); throws if there is no such process. */
+function statFields(pid: string): string[] {
+  // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after its last ")".
+  const stat = system.readText(`/proc/${pid}/stat`);
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
 }
 
 /** The process group of a process (`self` or a pid), from /proc/<pid>/stat (Linux); throws if there is none. */
 function groupOf(pid: string): number {
-  // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after its last ")".
-  const stat = system.readText(`/proc/${pid}/stat`);
-  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
+  return Number(statFields(pid)[2]);
+}
+
+/**
+ * A worker's `vouch`: whether a pid it reported is its child, as /proc tells (its parent is the worker, zombies
+ * included): that process's start time, `false` for a live process whose parent is another, undefined where it
+ * cannot be told (not Linux, no permission for /proc, no such process any more).
+ */
+export function vouchFor(workerPid: number): (pid: number) => string | false | undefined {
+  return (pid) => {
+    if (system.platform !== "linux" || !procReadable()) return undefined;
+    let stat: string[];
+    try {
+      stat = statFields(String(pid));
+    } catch {
+      return undefined; // reaped already: nothing of it to signal
+    }
+    return Number(stat[1]) === workerPid ? stat[19] : false;
+  };
 }
 
 /** Whether /proc may be read without asking: always outside Deno; in Deno, with read permission for it. */
@@ -61,10 +89,12 @@ export function killOwnGroup(): void {
   }
 }
 
-/** SIGKILLs each process group in `groups` that {@linkcode mayKillGroup} allows; one that no longer exists is skipped. */
-export function killGroups(groups: readonly number[]): void {
-  for (const group of groups) {
-    if (!mayKillGroup(group)) continue;
+/** SIGKILLs each command's process group that {@linkcode mayKillGroup} allows; one that no longer exists is skipped. */
+export function killGroups(children: readonly ChildProof[], own?: number): void {
+  const groups: Array<[number, string | undefined]> = children.map((child) => [child.pid, child.start]);
+  if (own !== undefined) groups.push([own, undefined]);
+  for (const [group, start] of groups) {
+    if (!mayKillGroup(group, start)) continue;
     try {
       system.kill(-group, "SIGKILL");
     } catch {
@@ -74,11 +104,11 @@ export function killGroups(groups: readonly number[]): void {
 }
 
 /**
- * A worker's `killOrphans`: SIGKILLs the groups of the commands it left behind, and its own group when it
- * was started as a group leader (a Deno worker's commands may share it).
+ * A worker's `killOrphans`: SIGKILLs the groups of the commands it left behind (those vouched for), and its own group
+ * when it was started as a group leader (a Deno worker's commands may share it).
  */
-export function orphanKiller(ownGroup: boolean, workerPid: number): (pids: readonly number[]) => void {
-  return (pids) => killGroups(ownGroup ? [...pids, workerPid] : pids);
+export function orphanKiller(ownGroup: boolean, workerPid: number): (children: readonly ChildProof[]) => void {
+  return (children) => killGroups(children, ownGroup ? workerPid : undefined);
 }
 
 /**

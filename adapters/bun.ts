@@ -9,7 +9,7 @@
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { exitBySignal } from "../core/signals.ts";
-import { commandEnv, orphanKiller, ownProcess } from "./_signals.ts";
+import { commandEnv, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
 import { system } from "./_system.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
@@ -128,6 +128,7 @@ export const bunAdapter: Adapter = {
       channel,
       exited,
       kill: (signal = "SIGTERM") => proc.kill(signal),
+      vouch: vouchFor(proc.pid),
       killOrphans: orphanKiller(launch.ownGroup, proc.pid),
       ref: () => proc.ref(),
       unref: () => proc.unref(),

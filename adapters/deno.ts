@@ -10,7 +10,7 @@ import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
 import { exitBySignal } from "../core/signals.ts";
-import { killOwnGroup, orphanKiller, ownProcess } from "./_signals.ts";
+import { killOwnGroup, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
 import { system } from "./_system.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import type { PendingWorker } from "./_unix_handshake.ts";
@@ -222,6 +222,7 @@ export const denoAdapter: Adapter = {
           // Exited already (Deno throws where node and bun return false).
         }
       },
+      vouch: vouchFor(child.pid),
       killOrphans: orphanKiller(launch.ownGroup, child.pid),
       ref: () => child.ref(),
       unref: () => child.unref(),

@@ -10,7 +10,7 @@ import type { ChildProcess } from "node:child_process";
 import type { Socket } from "node:net";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { commandEnv, orphanKiller, ownProcess } from "./_signals.ts";
+import { commandEnv, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
 import { system } from "./_system.ts";
 
 /**
@@ -162,6 +162,7 @@ export const nodeAdapter: Adapter = {
       channel,
       exited,
       kill: (signal = "SIGTERM") => void child.kill(signal as NodeJS.Signals),
+      vouch: vouchFor(child.pid!),
       killOrphans: orphanKiller(launch.ownGroup, child.pid!),
       ref: () => child.ref(),
       unref: () => child.unref(),

@@ -78,6 +78,12 @@ export interface WorkerLaunch {
   first?: boolean;
 }
 
+/** A command the host has seen to be its worker's child: its pid and its start time then (/proc's `starttime`). */
+export interface ChildProof {
+  readonly pid: number;
+  readonly start: string;
+}
+
 /** A started worker process and its channel, as the host sees it. */
 export interface WorkerProcess {
   /** The worker's process id. */
@@ -89,10 +95,19 @@ export interface WorkerProcess {
   /** Kills the worker process; does nothing (never throws) once it has exited. */
   kill(signal?: string): void;
   /**
-   * SIGKILLs what a dead or broken worker may have left running: the process group of each command in
-   * `pids`, and the worker's own group when it was started as a group leader (`WorkerLaunch.ownGroup`).
+   * Whether `pid`, which the worker reported as a command it started, is a child of the worker (Linux: its parent in
+   * /proc is the worker): its start time as /proc gives it (which {@linkcode WorkerProcess.killOrphans} checks again
+   * before it signals anything), `false` for a live process that is not the worker's child (the worker lied), or
+   * undefined where that cannot be told (no /proc, no permission to read it, the process already reaped). Absent: never
+   * told (the worker loop in the host, whose commands it kills itself).
    */
-  killOrphans(pids: readonly number[]): void;
+  vouch?(pid: number): string | false | undefined;
+  /**
+   * SIGKILLs what a dead or broken worker may have left running: the process group of each command in
+   * `children` (those {@linkcode WorkerProcess.vouch} vouched for, each still the process that started then), and the
+   * worker's own group when it was started as a group leader (`WorkerLaunch.ownGroup`).
+   */
+  killOrphans(children: readonly ChildProof[]): void;
 
   /** Lets the worker process keep the host alive. */
   ref(): void;

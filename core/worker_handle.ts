@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { WorkerProcess } from "./adapter.ts";
+import type { ChildProof, WorkerProcess } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
 import {
   decodeExit,
@@ -87,6 +87,8 @@ export class WorkerHandle implements RequestChannel {
   completed = 0;
   #writer: FrameWriter;
   #requests = new Map<number, RequestSink>();
+  /** The commands this worker runs that the host saw to be its children (WorkerProcess.vouch), by request id. */
+  #children = new Map<number, ChildProof>();
   #lastId = 0;
   #maxId: number;
   #refs = 1; // held until hello, so a host awaiting `ready()` stays alive
@@ -257,10 +259,30 @@ export class WorkerHandle implements RequestChannel {
   #dispatch(type: number, id: number, payload: Uint8Array, lent: boolean): void {
     const sink = this.#requests.get(id);
     if (sink === undefined) throw new ProtocolError(`Frame of type ${type} for unknown request ${id}`);
+    // Before the request hears of its pid: a worker that names a process not its child is not believed.
+    const start = type === Frame.Spawned && sink.pid === undefined ? this.#vouch(id, payload) : undefined;
     if (deliverFrame(sink, type, id, payload, lent, this.process.pid)) {
       this.#requests.delete(id);
+      this.#children.delete(id);
       this.completed++;
+      return;
     }
+    if (start !== undefined) this.#children.set(id, { pid: sink.pid!, start });
+  }
+
+  /**
+   * What the host can see of a command the worker reports (Spawned): its start time if it is the worker's child (proof
+   * for a later kill of its group), undefined if that cannot be told; a live process that is not the worker's child
+   * is a lie (a worker naming a stranger for the host to kill), a protocol error.
+   */
+  #vouch(id: number, payload: Uint8Array): string | undefined {
+    if (payload.byteLength !== 4 || this.process.vouch === undefined) return undefined;
+    const pid = decodeU32(payload);
+    const start = this.process.vouch(pid);
+    if (start === false) {
+      throw new ProtocolError(`Request ${id} names pid ${pid}, which is not a child of worker ${this.process.pid}`);
+    }
+    return start;
   }
 
   #shutdown(error: SpawnPoolError): void {
@@ -269,10 +291,13 @@ export class WorkerHandle implements RequestChannel {
     this.#rejectHello(error);
     this.process.channel.close();
     const sinks = [...this.#requests.values()];
+    // A dead or broken worker cannot clean up after itself: its commands (except those meant to outlive it) are
+    // killed here, with their process groups: those the host saw to be its children, and nothing else.
+    const orphans = [...this.#children].flatMap(([id, child]) =>
+      this.#requests.get(id)?.request.detached === true ? [] : [child]
+    );
     this.#requests.clear();
-    // A dead or broken worker cannot clean up after itself: its commands (except those meant to outlive
-    // it) are killed here, with their process groups.
-    const orphans = sinks.flatMap((sink) => (sink.pid !== undefined && !sink.request.detached ? [sink.pid] : []));
+    this.#children.clear();
     if (orphans.length > 0 || error.code !== "ERR_POOL_CLOSED") this.process.killOrphans(orphans);
     // A worker that broke the protocol or dropped its channel may still be running: it is done either way.
     if (error.code !== "ERR_POOL_CLOSED") this.process.kill("SIGKILL");
@@ -284,6 +309,12 @@ export class WorkerHandle implements RequestChannel {
 function message(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
+
+/**
+ * The largest pid a system gives: Linux's PID_MAX_LIMIT (2^22; macOS stops at 99,998). A larger one is a lie, and
+ * past 2^31 - 1 a runtime's kill() may cut it to 32 bits and signal another process.
+ */
+const MAX_PID = 0x40_0000;
 
 /**
  * Hands a frame a worker sent to its request's sink; returns true when it completed the request. What a worker says of
@@ -304,7 +335,9 @@ export function deliverFrame(
   if (type === Frame.Spawned) {
     const pid = decodeU32(payload);
     if (sink.pid !== undefined) throw new ProtocolError(`Request ${id} was spawned twice`);
-    if (pid <= 1 || pid === workerPid) throw new ProtocolError(`Request ${id} names pid ${pid} as its command`);
+    if (pid <= 1 || pid > MAX_PID || pid === workerPid) {
+      throw new ProtocolError(`Request ${id} names pid ${pid} as its command`);
+    }
     sink.onSpawned(pid);
     return false;
   }

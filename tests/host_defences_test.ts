@@ -6,12 +6,12 @@
 
 import assert from "node:assert/strict";
 import { once } from "node:events";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
-import { describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 import type { WorkerProcess } from "../core/adapter.ts";
 import {
   concatBytes,
@@ -24,18 +24,32 @@ import {
   PROTOCOL_VERSION,
 } from "../core/frame.ts";
 import { WorkerHandle } from "../core/worker_handle.ts";
+import { orphanKiller, vouchFor } from "../adapters/_signals.ts";
+import { system } from "../adapters/_system.ts";
 import { Execution } from "../core/execution.ts";
 import { Pool, SpawnError, SpawnPoolError } from "../mod.ts";
 import { childProcessFor } from "../node.ts";
-import { fixture, frame, rssBytes, survivors, withTimeout } from "./_helpers.ts";
+import { alive, fixture, frame, rssBytes, survivors, withTimeout } from "./_helpers.ts";
 import { random, randomBytes } from "./_fuzz.ts";
 import { memoryChannel } from "./_memory_channel.ts";
 
 describe("a host fed random and mutated worker frames (fuzz)", () => {
-  it("100,000 frames: nothing escapes the channel, only reported pids are signalled, every failed request is typed", async () => {
+  it("100,000 frames: nothing escapes the channel, only the worker's children are signalled, every failed request is typed", async () => {
     const next = random(0xf00d);
     const pick = <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)];
-    const WORKER_PID = 4242;
+    // The "worker" is this process, and its commands real children of it, each leading a group of its own: the host's
+    // real checks (/proc) run, and the real kill path down to its last step before the system call, where a spy
+    // records what would have been signalled.
+    const WORKER_PID = process.pid;
+    const children = Array.from({ length: 3 }, () => spawn("sleep", ["600"], { detached: true, stdio: "ignore" }));
+    const childPids = children.map((child) => child.pid!);
+    // A stranger leading a group of its own (its parent, a shell, is gone) and its group's id past 32 bits.
+    const stranger = Number(
+      execFileSync("sh", ["-c", "setsid sleep 600 > /dev/null 2>&1 & echo $!"], { encoding: "utf8" }),
+    );
+    const named = [0, 1, WORKER_PID, stranger, 2 ** 32 - stranger, 2 ** 32 - WORKER_PID, ...childPids];
+    const kill = system.kill;
+    system.kill = (pid: number) => void signalled.push(-pid);
     const exit = (code: number | null, out = new Uint8Array(0)) =>
       concatBytes(encodeExit({ code, signal: null, reason: null }, [out]));
     let frames = 0;
@@ -56,7 +70,8 @@ describe("a host fed random and mutated worker frames (fuzz)", () => {
         channel,
         exited: new Promise(() => {}),
         kill: () => {},
-        killOrphans: (pids) => void signalled.push(...pids),
+        vouch: vouchFor(WORKER_PID),
+        killOrphans: orphanKiller(false, WORKER_PID),
         ref: () => {},
         unref: () => {},
       };
@@ -87,7 +102,7 @@ describe("a host fed random and mutated worker frames (fuzz)", () => {
       // Valid frames for those requests, then mutations of them: a wrong type, id, length or payload.
       const valid = (): Uint8Array => {
         const id = 1 + Math.floor(next() * 3);
-        const pid = 2 + Math.floor(next() * 1_000_000);
+        const pid = next() < 0.5 ? pick(named) : 2 + Math.floor(next() * 1_000_000);
         switch (Math.floor(next() * 8)) {
           case 0:
             return frame(Frame.Spawned, id, encodeU32(pid));
@@ -155,8 +170,11 @@ describe("a host fed random and mutated worker frames (fuzz)", () => {
         worker.close(new SpawnPoolError("ERR_POOL_CLOSED", "round over"));
       }
     }
-    const strangers = signalled.filter((pid) => !reported.has(pid) || pid <= 1 || pid === WORKER_PID);
-    assert.deepEqual(strangers, [], "the host signalled only pids its worker reported");
+    system.kill = kill;
+    for (const pid of [...childPids, stranger]) process.kill(pid, "SIGKILL");
+    const strangers = signalled.filter((pid) => !childPids.includes(pid) || !reported.has(pid));
+    assert.deepEqual([...new Set(strangers)], [], "the host signalled only its worker's children");
+    assert.ok(signalled.length > 0, "the worker's children were signalled when their rounds ended");
     assert.ok(protocolErrors > 500, `most rounds meet a broken frame (${protocolErrors})`);
     // Mutated headers declare payloads of up to 64 MiB that never come: one such buffer per channel at a time,
     // garbage once the round's channel is gone, which collectors leave lying for a while (Deno's grew by 266-280 MB
@@ -173,6 +191,13 @@ process.env.ROGUE_MODE_FILE = modeFile;
 process.env.ROGUE_NODE = execFileSync("sh", ["-c", "command -v node"], { encoding: "utf8" }).trim();
 
 describe("a live worker that breaks the protocol", () => {
+  // A process leading a group of its own that is not the worker's child (its parent, a shell, is gone): what a rogue
+  // worker may name for the host to kill.
+  const stranger = Number(
+    execFileSync("sh", ["-c", "setsid sleep 600 > /dev/null 2>&1 & echo $!"], { encoding: "utf8" }),
+  );
+  process.env.ROGUE_STRANGER = String(stranger);
+  after(() => process.kill(stranger, "SIGKILL"));
   /** The request each case makes: a buffered echo, unless the case needs another. */
   const requests: Record<string, (pool: Pool) => Promise<unknown>> = {
     "over-window": (pool) => pool.spawn(["echo", "x"]).exited,
@@ -189,6 +214,9 @@ describe("a live worker that breaks the protocol", () => {
     ["pid-0", "ERR_PROTOCOL"],
     ["pid-1", "ERR_PROTOCOL"],
     ["pid-worker", "ERR_PROTOCOL"],
+    ["pid-host", "ERR_PROTOCOL"],
+    ["pid-stranger", "ERR_PROTOCOL"],
+    ["pid-wrap", "ERR_PROTOCOL"],
     ["spawned-twice", "ERR_PROTOCOL"],
     ["exit-before-spawned", "ERR_PROTOCOL"],
     ["truncated-then-exit", "ERR_WORKER_DIED"],
@@ -206,6 +234,7 @@ describe("a live worker that breaks the protocol", () => {
           (e: unknown) => e instanceof SpawnPoolError && e.code === code,
         );
         assert.deepEqual(await survivors([rogue]), [], "the rogue worker is gone");
+        assert.ok(alive(stranger), "the stranger the rogue named is alive");
         const out = await pool.command("echo", { args: ["recovered"] }).output();
         assert.equal(new TextDecoder().decode(out.stdout), "recovered\n");
         assert.equal(pool.stats().started, 2);
