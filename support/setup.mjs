@@ -2,8 +2,9 @@
 // worker (support/build_native.mjs) when its sources changed, and installs the pinned nats-server from PyPI
 // (support/nats_server.mjs). Runs under any Node >= 18 (a fresh machine's own), before the runtimes exist.
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync, rmSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { buildNative, buildPlatformPackages, copyNativeToDist } from "./build_native.mjs";
 import { ensureNatsServer } from "./nats_server.mjs";
@@ -65,10 +66,63 @@ export function buildDist(into) {
       ["build", ...entries, "--target=node", "--format=esm", "--external=@nats-io/*", `--outdir=${outdir}`, ...extra],
       { cwd: root, stdio: ["ignore", "ignore", "inherit"] },
     );
-  bundle(["mod.ts", "node.ts"], dist, ["--splitting", "--root=.", "--chunk-naming=lib/[name]-[hash].[ext]"]);
+  bundleSplit(["mod.ts", "node.ts"], dist, bundle);
   bundle(["worker/main.ts"], join(dist, "worker"));
   bundle(["remote/cli.ts"], join(dist, "remote"));
   if (into === undefined) copyNativeToDist();
+}
+
+/** The suffix the bundled entries' export names carry until bundleSplit() takes it off. */
+const PUBLIC = "__spawnpool_public";
+
+/**
+ * Bundles `entries` (mod.ts, node.ts) with `--splitting` into `dist`, every export keeping its binding's name.
+ * `bun build --splitting` (1.4.5) reserves every entry point's export names for the whole bundle, so a binding that
+ * sits in a shared chunk and that an entry exports under its own name is printed numbered: mod.ts's
+ * `export { SpawnPoolError } from "./core/errors.ts"` made `class SpawnPoolError2`, and users saw `SpawnPoolError2` as
+ * `constructor.name`, in Node's console.log of an error and in stack frames (`Pool2.spawn`); likewise `Pool2`,
+ * `SpawnError2`, `Command2`, `spawn2`, `configureDefaultPool2` (oven-sh/bun#42552, not merged). `--keep-names` does
+ * not help: it adds nothing unless minifying, and minified names are not kept either. So bun bundles two generated
+ * entries that export the same bindings under names no binding has (`Pool as Pool__spawnpool_public`), which leaves the
+ * shared chunks their own names, and the entries' `export {}` then get the public names back. The export lists come
+ * from Bun's own scan of the entries (values only; `export *` would be missed, so it is refused).
+ */
+function bundleSplit(entries, dist, bundle) {
+  for (const entry of entries) {
+    if (/^\s*export\s*\*\s*from/m.test(readFileSync(join(root, entry), "utf8"))) {
+      throw new Error(`${entry}: buildDist does not bundle an entry's \`export * from\``);
+    }
+  }
+  const scan = `const transpiler = new Bun.Transpiler({ loader: "ts" });
+const files = process.argv.slice(1);
+console.log(JSON.stringify(await Promise.all(files.map(async (f) => transpiler.scan(await Bun.file(f).text()).exports))));`;
+  const names = JSON.parse(execFileSync(join(bin, "bun"), ["-e", scan, ...entries], { cwd: root, encoding: "utf8" }));
+  const dir = mkdtempSync(join(tmpdir(), "spawnpool-entries-"));
+  try {
+    const wrappers = entries.map((entry, i) => {
+      const file = join(dir, basename(entry));
+      const list = names[i].map((name) => (name === "default" ? name : `${name} as ${name}${PUBLIC}`));
+      writeFileSync(file, `export { ${list.join(", ")} } from ${JSON.stringify(join(root, entry))};\n`);
+      return file;
+    });
+    bundle(wrappers, dist, ["--splitting", `--root=${dir}`, "--chunk-naming=lib/[name]-[hash].[ext]"]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  entries.forEach((entry, i) => {
+    const file = join(dist, entry.replace(/\.ts$/, ".js"));
+    const text = readFileSync(file, "utf8");
+    let renamed = 0;
+    const fixed = text.replace(new RegExp(`([\\w$]+) as ([\\w$]+)${PUBLIC}\\b`, "g"), (_, local, name) => {
+      renamed++;
+      return local === name ? local : `${local} as ${name}`;
+    });
+    const wanted = names[i].filter((name) => name !== "default").length;
+    if (renamed !== wanted || fixed.includes(PUBLIC)) {
+      throw new Error(`${file}: ${renamed} of ${wanted} exports got their public names back`);
+    }
+    writeFileSync(file, fixed);
+  });
 }
 
 /**

@@ -5,8 +5,11 @@
 // commands through the pool in each (Node host with node workers, with bun workers, with native workers, and the
 // node:child_process drop-in; Bun host with bun and native workers; Deno host on the Node app's package.json and
 // node_modules, with deno, bun and native workers), checks that native workers run the optional package's binary
-// (their /proc/<pid>/exe), and type-checks both apps against the shipped .d.ts. Prints "pack test: N passed, M failed".
-import { execFileSync } from "node:child_process";
+// (their /proc/<pid>/exe), and type-checks both apps against the shipped .d.ts. Checks that the public classes keep
+// their names in the bundle (`name`, `constructor.name`, the start of an error's stack), and that a checkout's own
+// `npm pack` (no worker packages listed) says how to pack and install the native worker, and that doing what it says
+// gives native workers. Prints "pack test: N passed, M failed".
+import { execFileSync, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -147,10 +150,10 @@ function scratchApp(name, types, install) {
 
 /**
  * Runs the app under `host` with `workers` workers ("default": no runtime option, which picks the native worker from
- * the optional package) and checks what it printed.
+ * the optional package) and checks what it printed. `what` names the installed tarballs in the check's name.
  */
-function runs(dir, host, workers) {
-  check(`${host} host, ${workers} workers`, () => {
+function runs(dir, host, workers, what = "") {
+  check(`${host} host, ${workers} workers${what}`, () => {
     const script = host === "deno" ? ["run", "-A", "--quiet", "app.ts"] : ["app.ts"];
     // The native worker is the optional package's; the runtimes are the pinned ones.
     const args = workers === "default" ? [] : workers === "native" ? [workers] : [workers, join(bin, workers)];
@@ -185,6 +188,96 @@ function agentBin(dir, host) {
   });
 }
 
+// The public classes and functions as users see them: `bun build --splitting` once printed the ones shared between
+// chunks numbered (`class SpawnPoolError2`, `Pool2`), which showed in `constructor.name`, Node's console.log of an
+// error and stack frames (support/setup.mjs, bundleSplit).
+const names = `import { Command, configureDefaultPool, Pool, spawn, SpawnError, SpawnPoolError } from "spawnpool";
+import { AbortError, ChildProcess, spawn as spawnChild } from "spawnpool/node";
+
+const caught = async (fn) => {
+  try {
+    await fn();
+  } catch (error) {
+    return error;
+  }
+  throw new Error("no error");
+};
+const pool = new Pool({ size: 1 });
+await pool.close();
+const closed = await caught(() => pool.command("true").output());
+const missing = await caught(() => spawn(["no-such-program-xyz"]).exited);
+const badArgs = await caught(() => pool.spawn(123));
+const child = spawnChild("true");
+await new Promise((resolve) => child.on("close", resolve));
+const stacks = [closed, missing, badArgs].map((error) => String(error.stack));
+console.log(JSON.stringify({
+  classes: [Pool, Command, SpawnPoolError, SpawnError, ChildProcess, AbortError].map((c) => c.name),
+  functions: [spawn, configureDefaultPool].map((f) => f.name),
+  instances: [pool, closed, missing, child].map((o) => o.constructor.name),
+  stacks: stacks.slice(0, 2).map((stack) => stack.slice(0, stack.indexOf(":"))),
+  numbered: stacks.join("\\n").match(/\\b(?:Pool|Command|SpawnPoolError|SpawnError|ChildProcess)\\d+\\b/g) ?? [],
+}));
+`;
+const namesExpected = JSON.stringify({
+  classes: ["Pool", "Command", "SpawnPoolError", "SpawnError", "ChildProcess", "AbortError"],
+  functions: ["spawn", "configureDefaultPool"],
+  instances: ["Pool", "SpawnPoolError", "SpawnError", "ChildProcess"],
+  stacks: ["SpawnPoolError", "SpawnError"],
+  numbered: [],
+});
+
+/** Runs the names script under `host` in the scratch app `dir`. */
+function keepsNames(dir, host) {
+  check(`${host} host: the public classes keep their names (name, constructor.name, error stacks)`, () => {
+    writeFileSync(join(dir, "names.mjs"), names);
+    const out = run(host, host === "deno" ? ["run", "-A", "--quiet", "names.mjs"] : ["names.mjs"], dir).trim();
+    if (out !== namesExpected) throw new Error(`got ${out}\nwanted ${namesExpected}`);
+  });
+}
+
+/**
+ * A checkout's own `npm pack` (prepack: tools/build.mjs) packs spawnpool without the native worker, and ends by
+ * printing the command that packs this machine's worker package and the commands that install both tarballs together.
+ * Runs them as printed (the install with the flags that keep it offline) in a scratch Node app and a scratch Bun app;
+ * each then gets native workers from the worker package. Returns the apps' directories.
+ */
+function checkoutPack() {
+  const dest = join(scratch, "checkout-pack");
+  const apps = { node: join(scratch, "checkout-node-app"), bun: join(scratch, "checkout-bun-app") };
+  let printed;
+  check("a checkout's npm pack says how to pack and install the native worker beside it", () => {
+    mkdirSync(dest);
+    const packed = spawnSync("npm", ["pack", "--pack-destination", dest], { cwd: root, env, encoding: "utf8" });
+    if (packed.status !== 0) throw new Error(`npm pack failed:\n${packed.stdout}${packed.stderr}`);
+    const line = (command) => {
+      const found = new RegExp(`^  (${command} .*)$`, "m").exec(packed.stderr);
+      if (found === null) throw new Error(`npm pack printed no "${command}" line:\n${packed.stderr}`);
+      return found[1].split(" ");
+    };
+    printed = { pack: line("npm pack"), npm: line("npm install"), bun: line("bun add") };
+    const main = JSON.parse(
+      execFileSync("tar", ["-xOzf", printed.npm[2], "package/package.json"], { encoding: "utf8" }),
+    );
+    if (main.optionalDependencies !== undefined) throw new Error("the checkout's tarball lists worker packages");
+    run("npm", printed.pack.slice(1), root);
+    for (const file of printed.npm.slice(2)) readFileSync(file); // both tarballs are where the advice says
+  });
+  check("the checkout's tarball and the worker's, installed as npm pack said, in a Node app and a Bun app", () => {
+    for (const [host, dir] of Object.entries(apps)) {
+      mkdirSync(dir);
+      writeFileSync(
+        join(dir, "package.json"),
+        JSON.stringify({ name: `checkout-${host}-app`, private: true, type: "module" }),
+      );
+      const [command, ...args] = host === "node" ? printed.npm : printed.bun;
+      const offline = command === "npm" ? ["--no-audit", "--no-fund", "--offline"] : ["--offline"];
+      run(command, [...args, ...offline], dir);
+      writeFileSync(join(dir, "app.ts"), app);
+    }
+  });
+  return apps;
+}
+
 const nodeApp = scratchApp("node-app", ["node"], ["npm", "install", "--no-audit", "--no-fund", "--offline"]);
 agentBin(nodeApp, "node");
 runs(nodeApp, "node", "node");
@@ -197,13 +290,19 @@ runs(nodeApp, "node", "native");
 runs(nodeApp, "deno", "native");
 runs(nodeApp, "node", "default");
 runs(nodeApp, "deno", "default");
+keepsNames(nodeApp, "node");
+keepsNames(nodeApp, "deno");
 // Offline, as the Node app: the other platforms' worker packages are not fetched from the registry (they may not be
 // published yet, and nothing of that name but our own tarball may be installed).
 const bunApp = scratchApp("bun-app", ["bun-types"], ["bun", "add", "--offline"]);
 runs(bunApp, "bun", "bun");
 runs(bunApp, "bun", "native");
 runs(bunApp, "bun", "default");
+keepsNames(bunApp, "bun");
 agentBin(bunApp, "bun");
+const checkoutApps = checkoutPack();
+runs(checkoutApps.node, "node", "default", " (the checkout's tarball and the worker's)");
+runs(checkoutApps.bun, "bun", "default", " (the checkout's tarball and the worker's)");
 
 rmSync(scratch, { recursive: true, force: true });
 console.log(`pack test: ${passed} passed, ${failed} failed`);
