@@ -21,7 +21,7 @@ async function listenNet<Out>(
   abstract: boolean,
   secret: Uint8Array,
   accepted: (socket: Socket, rest: Uint8Array) => Out,
-): Promise<PendingWorker<Out> & { path: string }> {
+): Promise<PendingWorker<Out>> {
   const { path, dir } = privateSocketPath(abstract);
   const server: Server = createServer();
   await new Promise<void>((resolve, reject) => {
@@ -58,15 +58,16 @@ async function listenNet<Out>(
       if (dir !== undefined) system.removeDir(dir);
     },
   });
-  return { ...pending, path };
+  return pending;
 }
 
 /**
  * Listens on a fresh private socket for one worker, with `node:net` (Node and Bun hosts).
  *
- * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
+ * @param abstract Use an abstract socket name (Linux); otherwise (the default) a socket file in a 0700 directory,
+ * which no other user can reach.
  */
-export function listenForWorker(abstract: boolean = system.platform === "linux"): Promise<PendingWorker> {
+export function listenForWorker(abstract = false): Promise<PendingWorker> {
   return listenNet(abstract, newSecret(), socketChannel);
 }
 
@@ -80,11 +81,12 @@ export function listenForWorker(abstract: boolean = system.platform === "linux")
  * a fresh secret, the listener takes only the connection that presents it, refuses all others and stops
  * listening. The host writes nothing else on `host` until the worker has `worker`.
  *
- * @param abstract Use an abstract socket name (Linux); otherwise a socket file in a 0700 directory.
+ * @param abstract Use an abstract socket name (Linux); otherwise (the default) a socket file in a 0700 directory,
+ * which no other user can reach.
  */
 export async function connectedPair(
   onread: OnReadOpts,
-  abstract: boolean = system.platform === "linux",
+  abstract = false,
 ): Promise<{ host: Socket; worker: Socket }> {
   const secret = newSecret();
   const pending = await listenNet(abstract, secret, (socket) => socket);

@@ -74,8 +74,9 @@ export function bootstrapLine(path: string, secret: Uint8Array): string {
 }
 
 /**
- * A socket path nobody else can use: an unguessable abstract name, or a file in a new 0700 directory
- * (`dir`, to remove once connected).
+ * A socket path nobody else can use: a file in a new 0700 directory (`dir`, to remove once connected), which no
+ * other user can reach at all, or an unguessable abstract name (Linux), which any process of the machine's network
+ * namespace can see and connect to (the secret keeps it out; a flood of such connections can slow a start).
  */
 export function privateSocketPath(abstract: boolean): { path: string; dir?: string } {
   if (abstract) return { path: `\0spawnpool-${toHex(system.randomBytes(16))}` };
@@ -87,6 +88,8 @@ export function privateSocketPath(abstract: boolean): { path: string; dir?: stri
 export interface PendingWorker<Out = ByteChannel> {
   /** The line to write to the worker's stdin. */
   bootstrapLine: string;
+  /** The socket's path: a file's, or an abstract name (starting with NUL). */
+  path: string;
   /** Resolves with the authenticated connection; rejects when `exited` settles or the timeout passes first. */
   accept(exited: Promise<unknown>): Promise<Out>;
   /** Stops listening and removes any socket file. */
@@ -139,6 +142,7 @@ export function pendingWorker<Conn, Out = ByteChannel>(
   const after = transport.timer ?? setTimer;
   return {
     bootstrapLine: bootstrapLine(path, secret),
+    path,
     close,
     accept(exited) {
       return new Promise<Out>((resolve, reject) => {
@@ -287,4 +291,13 @@ export async function handshake(pending: PendingWorker, worker: HandshakeProcess
     }
     throw error;
   }
+}
+
+/**
+ * A Deno worker's arguments with read and write access to its channel's socket file, the one path it must reach (an
+ * abstract name needs none); the entry stays last.
+ */
+export function withSocketAccess(args: readonly string[], path: string): string[] {
+  if (path.startsWith("\0")) return [...args];
+  return [...args.slice(0, -1), `--allow-read=${path}`, `--allow-write=${path}`, ...args.slice(-1)];
 }

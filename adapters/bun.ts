@@ -92,7 +92,10 @@ export const bunAdapter: Adapter = {
     let proc;
     try {
       proc = bun().spawn({
-        cmd: [launch.execPath, ...launch.args],
+        cmd: [
+          launch.execPath,
+          ...(pending && launch.runtime === "deno" ? unix!.withSocketAccess(launch.args, pending.path) : launch.args),
+        ],
         stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
         env: { ...system.environment(), SPAWNPOOL_CHANNEL: launch.channel },
         detached: launch.ownGroup,

@@ -123,9 +123,18 @@ function unrefTimer(ms: number, callback: () => void): () => void {
  * The Deno host's listener. Deno's node:net sockets are inherited by `Deno.Command` children (no
  * close-on-exec), so the Deno host listens with `Deno.listen`, whose sockets are not.
  */
+/** Whether this host may make, read and remove a socket file in the temporary directory without asking. */
+function mayUseFiles(): boolean {
+  const read = Deno.permissions.querySync({ name: "read" });
+  const write = Deno.permissions.querySync({ name: "write" });
+  return read.state === "granted" && !read.partial && write.state === "granted" && !write.partial;
+}
+
 function listenForWorker(): PendingWorker {
   const { newSecret, pendingWorker, privateSocketPath } = unixModule!;
-  const { path, dir } = privateSocketPath(Deno.build.os === "linux");
+  // A socket file in a 0700 directory where this host may make one (no other user can reach it, so no flood of
+  // theirs can touch the start); else, on Linux, an abstract name, which needs no file access.
+  const { path, dir } = privateSocketPath(Deno.build.os === "linux" && !mayUseFiles());
   let listener: Deno.UnixListener;
   try {
     listener = Deno.listen({ transport: "unix", path });
@@ -171,13 +180,12 @@ export const denoAdapter: Adapter = {
       "--no-prompt",
       "--no-config",
       "--no-lock",
-      // The least a worker needs: to spawn (and signal) commands, to reach the host's abstract unix socket,
-      // and to read and then remove its own two variables. Commands inherit the environment regardless.
+      // The least a worker needs: to spawn (and signal) commands, to reach the host's unix socket (and, for a socket
+      // file, that one path: withSocketAccess), and to read and then remove its own two variables. Commands inherit the
+      // environment regardless.
       "--allow-run",
       "--allow-net",
       "--allow-env=SPAWNPOOL_CHANNEL,NODE_CHANNEL_FD",
-      // Without abstract sockets (not Linux) the channel is a socket file in a private directory.
-      ...(system.platform === "linux" ? [] : ["--allow-read", "--allow-write"]),
       // Loaded from a URL (JSR): the worker imports its modules from the same host.
       ...(/^https?:/.test(entry) ? [`--allow-import=${new URL(entry).host}`] : []),
       entry,
@@ -185,12 +193,12 @@ export const denoAdapter: Adapter = {
   },
 
   async startWorker(launch) {
-    const { handshake } = await loadUnix();
+    const { handshake, withSocketAccess } = await loadUnix();
     const pending = listenForWorker();
     let child: Deno.ChildProcess;
     try {
       child = new Deno.Command(launch.execPath, {
-        args: launch.args,
+        args: launch.runtime === "deno" ? withSocketAccess(launch.args, pending.path) : launch.args,
         env: { SPAWNPOOL_CHANNEL: "unix" },
         detached: launch.ownGroup,
         stdin: "piped",

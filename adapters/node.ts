@@ -124,7 +124,10 @@ export const nodeAdapter: Adapter = {
     };
     let child;
     try {
-      child = spawn(launch.execPath, launch.args, {
+      const args = pending && launch.runtime === "deno"
+        ? unix!.withSocketAccess(launch.args, pending.path)
+        : launch.args;
+      child = spawn(launch.execPath, args, {
         stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", pair ? pair.worker : "pipe"],
         env: { ...system.environment(), SPAWNPOOL_CHANNEL: launch.channel },
         detached: launch.ownGroup,

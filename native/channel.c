@@ -118,6 +118,9 @@ static bool write_all(int fd, const uint8_t *p, size_t len) {
  * The unix channel (adapters/_unix_handshake.ts): the line {"path": ..., "secret": <hex>} names the socket (an
  * abstract one when it starts with NUL, its exact length) and the secret presented before any frame.
  */
+/* Connects tried at most, a full backlog's worth (adapters/_unix_handshake.ts CONNECT_TRIES). */
+#define CONNECT_TRIES 20
+
 int connect_from_bootstrap(void) {
   char line[4096];
   if (!read_line(line, sizeof line)) {
@@ -161,7 +164,14 @@ int connect_from_bootstrap(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   if (fd >= 0) fcntl(fd, F_SETFD, FD_CLOEXEC);
 #endif
-  if (fd < 0 || connect(fd, (struct sockaddr *)&addr, addr_len) != 0 || !write_all(fd, key, key_len)) {
+  /* A full backlog (EAGAIN, as under a flood of connections to an abstract name) or a signal: try again, backing off. */
+  int connected = -1;
+  for (int attempt = 1; fd >= 0 && attempt <= CONNECT_TRIES; attempt++) {
+    connected = connect(fd, (struct sockaddr *)&addr, addr_len);
+    if (connected == 0 || (errno != EAGAIN && errno != EINTR)) break;
+    usleep((useconds_t)(attempt < 20 ? attempt : 20) * 5000);
+  }
+  if (fd < 0 || connected != 0 || !write_all(fd, key, key_len)) {
     if (fd >= 0) close(fd);
     return -1;
   }
