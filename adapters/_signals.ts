@@ -38,6 +38,7 @@ function mayKillGroup(group: number, start?: string): boolean {
   } catch {
     return true; // no such process
   }
+  if (stat[0] === "X") return true; // reaped, on its way out: as good as none
   return Number(stat[2]) === group && (start === undefined || stat[19] === start);
 }
 
@@ -67,6 +68,8 @@ export function vouchFor(workerPid: number): (pid: number) => string | false | u
     } catch {
       return undefined; // reaped already: nothing of it to signal
     }
+    // Reaped a moment ago: /proc shows it dead ("X"), with no parent (0), until it is gone.
+    if (stat[0] === "X" || stat[1] === "0") return undefined;
     return Number(stat[1]) === workerPid ? stat[19] : false;
   };
 }

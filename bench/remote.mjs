@@ -32,7 +32,15 @@ const subject = `bench.${process.pid}`;
 const agentArgs = HOST === "deno"
   ? ["run", "-A", "remote/cli.ts"]
   : [HOST === "node" ? "dist/remote/cli.js" : "remote/cli.ts"];
-const agent = spawn(process.execPath, [...agentArgs, "agent", "--servers", server.url, "--subject", subject], {
+const agent = spawn(process.execPath, [
+  ...agentArgs,
+  "agent",
+  "--servers",
+  server.url,
+  "--subject",
+  subject,
+  "--insecure",
+], {
   cwd: root,
   stdio: ["ignore", "ignore", "pipe"],
 });

@@ -39,6 +39,7 @@ import {
   frameParts,
   frameRoom,
   HEARTBEAT_MS,
+  isInbox,
   maxPayloadOf,
   randomToken,
   RemoteFrame,
@@ -72,8 +73,8 @@ export interface AgentOptions extends RemoteOptions {
 
 /** What an agent logs: one event per command start and end, and per error. */
 export interface AgentEvent {
-  /** What happened. */
-  event: "listening" | "start" | "exit" | "failed" | "busy" | "killed" | "refused" | "stopped";
+  /** What happened ("insecure": the CLI's warning that it runs without credentials, `--insecure`). */
+  event: "listening" | "start" | "exit" | "failed" | "busy" | "killed" | "refused" | "stopped" | "insecure";
   /** The command's id on this agent (its control token's first characters). */
   id?: string;
   /** The program. */
@@ -187,12 +188,15 @@ export class Agent {
       }),
       nc.subscribe(`${subject}.agents`, {
         callback: this.#guard("agents", (msg) => {
-          if (msg.reply) {
-            this.publish(
-              msg.reply,
-              encodeJson({ ...this.#info, running: this.#relays.size, concurrency: this.#concurrency }),
-            );
+          // Answered, as commands are, on callers' inboxes only (a caller must not point the agent elsewhere).
+          if (!isInbox(msg.reply)) {
+            this.#log({ event: "refused", reason: `discovery: reply subject "${String(msg.reply)}" is not an inbox` });
+            return;
           }
+          this.publish(
+            msg.reply,
+            encodeJson({ ...this.#info, running: this.#relays.size, concurrency: this.#concurrency }),
+          );
         }),
       }),
     ];
@@ -241,7 +245,7 @@ export class Agent {
   #spawn(msg: NatsMsg): void {
     const reply = msg.reply;
     // Answers go to callers' inboxes only: an agent publishes as itself, and a caller must not point it elsewhere.
-    if (!reply || !reply.startsWith("_INBOX.") || this.#stopped) {
+    if (!isInbox(reply) || this.#stopped) {
       if (!this.#stopped) this.#log({ event: "refused", reason: `reply subject "${String(reply)}" is not an inbox` });
       return;
     }
@@ -308,21 +312,53 @@ export class Agent {
 }
 
 /**
- * Checks a caller's spawn request and makes it one an agent runs: stdin "inherit" reads nothing (the agent's stdin is
- * not the caller's), no command outlives the agent's hold on it (`detached` off), and each gets a process group of its
- * own, so that a caller that goes away takes all of it.
+ * Checks a caller's spawn request and rebuilds it, from the fields a {@linkcode SpawnRequest} has and nothing else,
+ * as one an agent runs: stdin "inherit" reads nothing (the agent's stdin is not the caller's), no command outlives the
+ * agent's hold on it (`detached` off), and each gets a process group of its own, so that a caller that goes away takes
+ * all of it. A field the workers do not know is dropped, not passed on: whatever it holds (JSON nested deeper than the
+ * native worker parses, say) would make a worker take its host for broken and fail every command it runs, other
+ * callers' too. `raw` has passed {@linkcode parseRequest}; the fields it does not check are checked here.
+ *
+ * @throws {TypeError} For a field of the wrong type.
  */
-function checkRequest(request: SpawnRequest, maxBuffer: number): SpawnRequest {
-  if (signalNumber(request.killSignal) === undefined) throw new TypeError(`Unknown killSignal "${request.killSignal}"`);
-  return {
-    ...request,
-    stdin: request.stdin === "inherit" ? "null" : request.stdin,
+function checkRequest(raw: SpawnRequest, maxBuffer: number): SpawnRequest {
+  if (signalNumber(raw.killSignal) === undefined) throw new TypeError(`Unknown killSignal "${raw.killSignal}"`);
+  const clearEnv: unknown = raw.clearEnv;
+  if (clearEnv !== undefined && typeof clearEnv !== "boolean") throw new TypeError("clearEnv must be a boolean");
+  for (const key of ["uid", "gid"] as const) {
+    const id = raw[key];
+    if (id !== undefined && (id < -0x8000_0000 || id > 0x7fff_ffff)) throw new TypeError(`${key} must be 32-bit`);
+  }
+  const request: SpawnRequest = {
+    cmd: raw.cmd,
+    args: [...raw.args],
+    stdin: raw.stdin === "inherit" ? "null" : raw.stdin,
+    stdout: raw.stdout,
+    stderr: raw.stderr,
+    buffered: raw.buffered,
+    killSignal: raw.killSignal,
+    forceKillAfterDelay: raw.forceKillAfterDelay,
+    // What the agent holds for a caller is bounded whatever the caller asks: a window, and buffered output.
+    window: Math.min(raw.window, MAX_WINDOW),
     detached: false,
     group: true,
-    // What the agent holds for a caller is bounded whatever the caller asks: a window, and buffered output.
-    window: Math.min(request.window, MAX_WINDOW),
-    maxBuffer: request.buffered ? Math.min(request.maxBuffer ?? maxBuffer, maxBuffer) : request.maxBuffer,
   };
+  if (raw.cwd !== undefined) request.cwd = raw.cwd;
+  if (raw.env !== undefined) {
+    // Without a prototype, a "__proto__" variable is one like any other.
+    const env = Object.create(null) as Record<string, string>;
+    for (const [name, value] of Object.entries(raw.env)) env[name] = value;
+    request.env = env;
+  }
+  if (raw.clearEnv === true) request.clearEnv = true;
+  if (raw.timeout !== undefined) request.timeout = raw.timeout;
+  const most = raw.buffered ? Math.min(raw.maxBuffer ?? maxBuffer, maxBuffer) : raw.maxBuffer;
+  if (most !== undefined) request.maxBuffer = most;
+  if (raw.argv0 !== undefined) request.argv0 = raw.argv0;
+  if (raw.uid !== undefined) request.uid = raw.uid;
+  if (raw.gid !== undefined) request.gid = raw.gid;
+  if (raw.sockets !== undefined) request.sockets = raw.sockets;
+  return request;
 }
 
 /** One caller's command on this agent: a submission to the local pool, and the sink of its frames. */

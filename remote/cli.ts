@@ -6,7 +6,7 @@
  * @module
  */
 
-import { hostname } from "node:os";
+import { hostname, userInfo } from "node:os";
 import process from "node:process";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -19,7 +19,8 @@ const USAGE = `Usage: spawnpool agent [options]
 Runs commands for remote pools: takes them from NATS subject --subject (one agent of the queue group takes each),
 runs them in a local pool, and streams their output back. Needs the NATS client beside spawnpool
 (npm install @nats-io/transport-node). Whoever may publish to that subject can run commands as this agent's user:
-confine it with NATS permissions (docs/remote.md#security in the spawnpool package).
+confine it with NATS permissions (docs/remote.md#security in the spawnpool package). It needs credentials (a token,
+a user, a .creds file or a TLS client certificate), or --insecure to run without.
 
   --servers URL[,URL]   NATS servers (env SPAWNPOOL_NATS_SERVERS)     [nats://127.0.0.1:4222]
   --subject S           the subject callers send commands to          [spawnpool]
@@ -33,6 +34,7 @@ confine it with NATS permissions (docs/remote.md#security in the spawnpool packa
   --tls                 TLS, with the system's trusted CAs
   --tls-ca F            TLS, with this CA's PEM file
   --tls-cert F          a client certificate (PEM), with --tls-key F
+  --insecure            run without credentials: anyone who can reach the servers can run commands as this user
   --name NAME           what callers see this agent as                [the host name]
   --id ID               the agent's id in its control subjects, S.ctl.ID.* (fixed, for NATS permissions)  [random]
   --max-buffer BYTES    the most buffered output a command may collect here   [268435456]
@@ -73,6 +75,7 @@ try {
       "tls-ca": { type: "string" },
       "tls-cert": { type: "string" },
       "tls-key": { type: "string" },
+      insecure: { type: "boolean" },
       name: { type: "string" },
       id: { type: "string" },
       "max-buffer": { type: "string" },
@@ -105,21 +108,24 @@ function log(event: AgentEvent): void {
 }
 
 function readSecret(file: string): string {
+  let secret: string;
   try {
-    return readFileSync(file, "utf8").trim();
+    secret = readFileSync(file, "utf8").trim();
   } catch (error) {
     fail(`cannot read ${file}: ${error instanceof Error ? error.message : String(error)}`);
   }
+  return secret || fail(`${file} is empty`);
 }
 
 const tokenFile = str("token-file");
+const servers = (str("servers") ?? process.env.SPAWNPOOL_NATS_SERVERS ?? "nats://127.0.0.1:4222").split(",");
 const options: AgentOptions = {
-  servers: (str("servers") ?? process.env.SPAWNPOOL_NATS_SERVERS ?? "nats://127.0.0.1:4222").split(","),
+  servers,
   subject: str("subject"),
   queue: str("queue"),
   concurrency: positive("concurrency"),
   pool: { size: positive("size"), runtime: str("runtime") as WorkerRuntime | undefined },
-  token: tokenFile !== undefined ? readSecret(tokenFile) : process.env.SPAWNPOOL_NATS_TOKEN,
+  token: tokenFile !== undefined ? readSecret(tokenFile) : process.env.SPAWNPOOL_NATS_TOKEN || undefined,
   credentials: str("creds"),
   agentName: str("name"),
   agentId: str("id"),
@@ -137,12 +143,32 @@ if (values.tls === true || str("tls-ca") !== undefined || str("tls-cert") !== un
 // Nothing of the agent's own secrets reaches the commands it runs.
 for (const name of ["SPAWNPOOL_NATS_TOKEN", "SPAWNPOOL_NATS_PASS"]) delete process.env[name];
 
+/** This process's user name, for the warning of an agent without credentials. */
+function userName(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return String(process.getuid?.() ?? "?");
+  }
+}
+
 const platform = currentPlatform();
 let agent: Agent;
 try {
   agent = new Agent(platform, options, hostname());
 } catch (error) {
   fail(error instanceof Error ? error.message : String(error));
+}
+// Secure by default: an agent that any client of the servers could command runs only when asked for by name.
+const credentials = options.token !== undefined || options.user !== undefined || options.credentials !== undefined ||
+  str("tls-cert") !== undefined;
+if (!credentials && values.insecure !== true) {
+  console.error(
+    "spawnpool agent: refusing to start without NATS credentials: anyone who can reach the servers could run " +
+      "commands as this user. Give --token-file F (or env SPAWNPOOL_NATS_TOKEN), --user U (password in env " +
+      "SPAWNPOOL_NATS_PASS), --creds F or --tls-cert F --tls-key F; or --insecure to run without them.",
+  );
+  process.exit(2);
 }
 /**
  * Ends this stopped agent by `signal`, as a process without a handler for it ends (status 143 for SIGTERM, 130 for
@@ -163,6 +189,13 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
     // The first lets running commands finish; a second kills them.
     if (signals++ === 0) void agent.stop().then(() => endBy(signal));
     else void agent.stop({ drain: false });
+  });
+}
+if (!credentials) {
+  log({
+    event: "insecure",
+    reason: `WARNING: --insecure, no NATS credentials: anyone who can reach ${servers.join(", ")} can run commands ` +
+      `as user "${userName()}" on this machine`,
   });
 }
 try {

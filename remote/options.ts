@@ -41,7 +41,7 @@ export interface RemoteOptions {
   /**
    * Where this caller's replies come, `<inboxPrefix>.<random>.*`: under `_INBOX.`, one prefix per caller user (say
    * `_INBOX.billing`), so that NATS permissions can keep callers out of each other's replies (docs/remote.md#security).
-   * Agents answer only subjects under `_INBOX.`. @default {"_INBOX"}
+   * Agents answer only subjects under `_INBOX.`, commands and `ready()`'s discovery alike. @default {"_INBOX"}
    */
   inboxPrefix?: string;
 }

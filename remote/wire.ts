@@ -171,3 +171,15 @@ export function randomToken(): string {
 export function validSubject(subject: string): boolean {
   return /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(subject);
 }
+
+/** The NATS client's inbox prefix: every caller's reply subjects are under `_INBOX.` (its `inboxPrefix` is too). */
+export const INBOX_PREFIX = "_INBOX";
+
+/**
+ * Whether `subject` is a caller's inbox, under `_INBOX.`: the only reply subjects an agent answers, spawn requests and
+ * discovery (`S.agents`) alike. An agent publishes as itself, with its permissions: a caller must not point it at
+ * another subject (one that the caller may not publish to, or that other clients listen on).
+ */
+export function isInbox(subject: string | undefined): subject is string {
+  return subject !== undefined && subject.length > INBOX_PREFIX.length + 1 && subject.startsWith(`${INBOX_PREFIX}.`);
+}

@@ -82,7 +82,10 @@ export interface AgentProcess {
 /** Agents still running, for a file's last hook to kill. */
 export const agents: Set<AgentProcess> = new Set<AgentProcess>();
 
-/** Starts `spawnpool agent` on `servers` under this host's runtime; resolves once it logged "listening". */
+/**
+ * Starts `spawnpool agent` on `servers` under this host's runtime; resolves once it logged "listening". Its `args` give
+ * its credentials, or `--insecure` for a server without (an agent without either refuses to start).
+ */
 export function startAgent(
   servers: string,
   subject: string,
@@ -94,10 +97,24 @@ export function startAgent(
   return launchAgent(argv, env, expectFailure);
 }
 
-/** Starts `spawnpool agent` under `runtime` ("node", "bun" or "deno"), its workers of that runtime too. */
+/**
+ * Starts `spawnpool agent` under `runtime` ("node", "bun" or "deno"), its workers of that runtime too, on a server
+ * without credentials (`--insecure`).
+ */
 export function startAgentUnder(runtime: string, servers: string, subject: string): Promise<AgentProcess> {
   const script = runtime === "deno" ? ["run", "-A", "--quiet", CLI] : [CLI];
-  return launchAgent([runtime, ...script, "agent", "--servers", servers, "--subject", subject, "--runtime", runtime]);
+  return launchAgent([
+    runtime,
+    ...script,
+    "agent",
+    "--servers",
+    servers,
+    "--subject",
+    subject,
+    "--runtime",
+    runtime,
+    "--insecure",
+  ]);
 }
 
 // An agent a file leaves running (one that never reached its after hook) goes with the test process.

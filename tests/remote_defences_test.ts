@@ -16,10 +16,10 @@ import { fileURLToPath } from "node:url";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Pool } from "../mod.ts";
 import { buildRequest } from "../core/options.ts";
-import { decodeJson, decodeU32, encodeCredit, encodeJson, encodeU32, Frame } from "../core/frame.ts";
-import { decodeMessage, encodeMessage, frameParts, RemoteFrame } from "../remote/wire.ts";
+import { decodeExit, decodeJson, decodeU32, encodeCredit, encodeJson, encodeU32, Frame } from "../core/frame.ts";
+import { decodeMessage, encodeMessage, frameParts, type MessageFrame, RemoteFrame } from "../remote/wire.ts";
 import { type NatsServer, startNatsServer } from "../support/nats_server.mjs";
-import { HOST, hostArgv } from "./_helpers.ts";
+import { HOST, hostArgv, withTimeout } from "./_helpers.ts";
 import {
   type AgentProcess,
   agents,
@@ -58,7 +58,7 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
     small = await startNatsServer({ config: "max_payload: 32768\n" });
     nc = await connect({ servers: server.url });
     subject = freshSubject();
-    agent = await startAgent(server.url, subject, ["--size", "1"]);
+    agent = await startAgent(server.url, subject, ["--insecure", "--size", "1"]);
   });
 
   after(async () => {
@@ -186,6 +186,109 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
     return { inbox, control, pid, frames, waitFor, done: () => sub.unsubscribe() };
   }
 
+  /**
+   * Sends `request`, any JSON object, as a fake caller's spawn request on `to`; resolves with the frames of the answer
+   * (heartbeats left out) once one ends it: Exit, SpawnError or Failed.
+   */
+  async function answerTo(to: string, request: unknown): Promise<MessageFrame[]> {
+    const inbox = `_INBOX.defences.${process.pid}.${freshSubject()}`;
+    const frames: MessageFrame[] = [];
+    const sub = nc.subscribe(inbox, {
+      callback: (_error, msg) => {
+        if (msg.data.byteLength > 0) frames.push(...decodeMessage(new Uint8Array(msg.data)).frames);
+      },
+    });
+    try {
+      nc.publish(to, encodeMessage(0, frameParts(Frame.Spawn, encodeJson(request))), { reply: inbox });
+      const ends: number[] = [Frame.Exit, Frame.SpawnError, RemoteFrame.Failed];
+      const deadline = performance.now() + 10_000;
+      while (!frames.some((frame) => ends.includes(frame.type))) {
+        if (performance.now() > deadline) assert.fail(`no end: ${frames.map((f) => f.type)}`);
+        await sleep(10);
+      }
+      return frames.filter((frame) => frame.type !== RemoteFrame.Ping);
+    } finally {
+      sub.unsubscribe();
+    }
+  }
+
+  it("a fake caller's request with a field nested 300 deep fails or runs alone: another caller's command on the same native worker completes intact", async () => {
+    // One native worker: its JSON parser refuses nesting deeper than 256, and takes a request it cannot parse for a
+    // broken host, which ends it and every command it runs.
+    const nativeSubject = freshSubject();
+    const nativeAgent = await startAgent(server.url, nativeSubject, [
+      "--insecure",
+      "--runtime",
+      "native",
+      "--size",
+      "1",
+    ]);
+    const pool = new Pool({ remote: { servers: server.url, subject: nativeSubject } });
+    try {
+      const lines = Array.from({ length: 30 }, (_, i) => `line ${i}`);
+      const proc = pool.spawn(["sh", "-c", "for i in $(seq 0 29); do echo line $i; sleep 0.03; done"]);
+      const output = new Response(proc.stdout).text();
+      await proc.spawned;
+      const deep = JSON.parse("[".repeat(300) + "]".repeat(300));
+      const request = buildRequest({
+        cmd: "echo",
+        args: ["garbage"],
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+        buffered: true,
+      });
+      // A field no request has: dropped, the command runs without it.
+      const unknown = await answerTo(nativeSubject, { ...request, extra: deep });
+      const exit = unknown.find((frame) => frame.type === Frame.Exit);
+      assert.ok(exit, `frames ${unknown.map((f) => f.type)}: ${nativeAgent.lines.join("\n")}`);
+      const { info, stdout } = decodeExit(exit.payload);
+      assert.deepEqual({ code: info.code, stdout: new TextDecoder().decode(stdout) }, { code: 0, stdout: "garbage\n" });
+      // A field a request has, of the wrong type (one the workers' own checks let through): that request fails alone.
+      const known = await answerTo(nativeSubject, { ...request, clearEnv: deep });
+      assert.deepEqual(known.map((frame) => frame.type), [RemoteFrame.Failed]);
+      const failure = decodeJson(known[0].payload);
+      assert.equal(failure.code, "ERR_PROTOCOL");
+      assert.match(String(failure.message), /Malformed request: clearEnv must be a boolean/);
+      // The other caller's command lost nothing.
+      assert.equal(await withTimeout(output, 10_000, "the long command's output"), lines.map((l) => `${l}\n`).join(""));
+      assert.equal(await proc.exited, 0);
+      assert.equal(
+        nativeAgent.lines.some((line) => line.includes("ERR_WORKER_DIED")),
+        false,
+        nativeAgent.lines.join("\n"),
+      );
+    } finally {
+      await pool.close();
+      await nativeAgent.stop();
+    }
+  });
+
+  it("a discovery request whose reply subject is no inbox is refused, unanswered; one from an inbox is answered", async () => {
+    const elsewhere = `defences.discovery.${process.pid}`;
+    const heard: Uint8Array[] = [];
+    const sub = nc.subscribe(elsewhere, {
+      callback: (_error, msg) => {
+        heard.push(msg.data);
+      },
+    });
+    try {
+      await nc.flush();
+      const before = agent.lines.length;
+      nc.publish(`${subject}.agents`, new Uint8Array(0), { reply: elsewhere });
+      // Then one from an inbox: the agent reads both in order and answers in order, so an answer to the first would
+      // have come by the time the second's did (on this same connection).
+      const answer = decodeJson((await nc.request(`${subject}.agents`, new Uint8Array(0), { timeout: 5000 })).data);
+      assert.equal(answer.pid, agent.pid);
+      await nc.flush();
+      assert.equal(heard.length, 0, "the agent answered a reply subject outside _INBOX.");
+      const refused = agent.lines.slice(before).map((line) => JSON.parse(line)).find((e) => e.event === "refused");
+      assert.match(refused?.reason ?? "", /discovery: reply subject "defences\.discovery\.\d+" is not an inbox/);
+    } finally {
+      sub.unsubscribe();
+    }
+  });
+
   it("a fake caller's stdin, more than 1 MiB ahead of its acknowledgements: Failed, and the command killed", async () => {
     const caller = await fakeCaller(["sleep", "30"], "piped");
     try {
@@ -243,7 +346,7 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
 
   it("a server's small max_payload: stdin writes and output cut into messages it takes, every byte intact", async () => {
     const smallSubject = freshSubject();
-    const smallAgent = await startAgent(small.url, smallSubject, ["--size", "1"]);
+    const smallAgent = await startAgent(small.url, smallSubject, ["--insecure", "--size", "1"]);
     const pool = new Pool({ remote: { servers: small.url, subject: smallSubject } });
     try {
       // 1 MiB through cat: the caller's 256 KiB writes go in frames of under 32 KiB, acknowledged as one each.
@@ -262,6 +365,31 @@ describe(`${HOST} host, remote pools: each side's defences`, { skip, concurrency
     } finally {
       await pool.close();
       await smallAgent.stop();
+    }
+  });
+
+  it("an agent without credentials refuses to start: exit 2, and why; with --insecure it starts, and says so", async () => {
+    const [cmd, ...rest] = hostArgv(CLI, "agent", "--servers", server.url, "--subject", freshSubject());
+    const env = { ...process.env };
+    delete env.SPAWNPOOL_NATS_TOKEN;
+    delete env.SPAWNPOOL_NATS_PASS;
+    const result = spawnSync(cmd, rest, { encoding: "utf8", timeout: 20_000, env });
+    assert.equal(result.status, 2, result.stderr);
+    assert.match(
+      result.stderr,
+      /^spawnpool agent: refusing to start without NATS credentials: anyone who can reach the servers could run commands as this user\. .*--insecure/,
+    );
+    assert.doesNotMatch(result.stderr, /"listening"/);
+    const insecure = await startAgent(server.url, freshSubject(), ["--insecure"], {});
+    try {
+      const warning = insecure.lines.map((line) => JSON.parse(line)).find((event) => event.event === "insecure");
+      assert.ok(warning, insecure.lines.join("\n"));
+      assert.match(
+        warning.reason,
+        /^WARNING: --insecure, no NATS credentials: anyone who can reach nats:\/\/127\.0\.0\.1:\d+ can run commands as user ".+" on this machine$/,
+      );
+    } finally {
+      await insecure.stop();
     }
   });
 

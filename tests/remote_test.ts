@@ -68,7 +68,7 @@ describe(`${HOST} host, remote pools over NATS`, { skip, concurrency: false }, (
     url = server.url;
     sharedSubject = freshSubject();
     // One worker: a command that breaks a worker would break the others this agent runs.
-    shared = await startAgent(url, sharedSubject, ["--size", "1"]);
+    shared = await startAgent(url, sharedSubject, ["--insecure", "--size", "1"]);
   });
 
   after(async () => {
@@ -152,7 +152,7 @@ console.log(Date.now());
 
   it("kill -9 of an agent mid-stream: ERR_WORKER_DIED within 4 s, and the command's group goes", async () => {
     const subject = freshSubject();
-    const agent = await startAgent(url, subject);
+    const agent = await startAgent(url, subject, ["--insecure"]);
     const pool = new Pool({ remote: { servers: url, subject } });
     try {
       const proc = pool.spawn(["sh", "-c", "while :; do echo x; sleep 0.05; done"]);
@@ -186,7 +186,7 @@ console.log(Date.now());
     const cluster: NatsCluster = await startNatsCluster(3);
     const subject = freshSubject();
     const [nodeA, nodeB] = cluster.servers;
-    const agent = await startAgent(nodeB.url, subject);
+    const agent = await startAgent(nodeB.url, subject, ["--insecure"]);
     // The caller knows node A only; it learns the others from the cluster and reconnects to one of them.
     const pool = new Pool({ remote: { servers: nodeA.url, subject } });
     const lines = 1_000_000;
@@ -280,7 +280,8 @@ console.log(Date.now());
         args = [...args, file];
       }
       if (name === "TLS") {
-        args = [...args, secured.caFile!];
+        // TLS alone authenticates nobody: this server takes any client.
+        args = [...args, secured.caFile!, "--insecure"];
         options = { tls: { caFile: secured.caFile } };
       }
       const servers = name === "TLS" ? secured.url.replace("nats://", "tls://") : secured.url;
@@ -388,7 +389,7 @@ console.log(Date.now());
   });
 
   it("an agent stopped by SIGINT logs it and ends by SIGINT, as a process without a handler would", async () => {
-    const agent = await startAgent(url, freshSubject());
+    const agent = await startAgent(url, freshSubject(), ["--insecure"]);
     agent.child.kill("SIGINT");
     assert.equal(await withTimeout(agent.exited, 10_000, "the agent did not end"), null);
     assert.equal(agent.child.signalCode, "SIGINT", agent.lines.join("\n"));
@@ -397,7 +398,7 @@ console.log(Date.now());
 
   it("busy agents: five commands on an agent of concurrency 1 all complete", async () => {
     const subject = freshSubject();
-    const agent = await startAgent(url, subject, ["--concurrency", "1"]);
+    const agent = await startAgent(url, subject, ["--insecure", "--concurrency", "1"]);
     const pool = new Pool({ remote: { servers: url, subject } });
     try {
       const procs = Array.from({ length: 5 }, (_, i) => pool.spawn(["sh", "-c", `sleep 0.1; echo ${i}`]));
@@ -494,6 +495,30 @@ console.log(Date.now());
       assert.ok(ms < 5000, `took ${ms} ms`);
       assert.ok(!agent.lines.some((line) => line.includes("denied")));
       assert.equal(startedPids(agent).length, 3);
+      // An agent's credentials take commands in the queue group only: a subscription outside it (none, or another
+      // group), which would read every request, is a permissions violation.
+      const spy = await connect({ servers: secured.url, user: "agent", pass: "agent-pass" });
+      const again = new Pool({ remote: callerRemote });
+      try {
+        const read: string[] = [];
+        for (const options of [{}, { queue: "other" }]) {
+          const sub = spy.subscribe(subject, {
+            ...options,
+            callback: (error, msg) => {
+              if (error === null) read.push(msg.subject);
+            },
+          });
+          const closed = await withTimeout(sub.closed, 5000, `subscribed with ${JSON.stringify(options)}`);
+          assert.ok(closed instanceof Error, `subscribed with ${JSON.stringify(options)}: ${String(closed)}`);
+          assert.equal(closed.name, "PermissionViolationError");
+          assert.match(closed.message, new RegExp(`Permissions Violation for Subscription to "${subject}"`, "i"));
+        }
+        await echoWorks(again, "unread");
+        assert.deepEqual(read, []);
+      } finally {
+        await again.close();
+        await spy.close();
+      }
     } finally {
       await caller.close({ drain: false });
       await outsider.close({ drain: false });
@@ -724,9 +749,10 @@ console.log(Date.now());
 });
 
 /**
- * The NATS server config of the README's security section: a caller may publish commands to the pool's subject (and
- * `ready()`'s `<subject>.agents`) and to their control subjects, and receive answers on its inbox; an agent may
- * receive those and answer on inboxes; the 503 "no responders" status needs no permission of its own.
+ * The NATS server config of docs/remote.md's security section: a caller may publish commands to the pool's subject
+ * (and `ready()`'s `<subject>.agents`) and to their control subjects, and receive answers on its inbox; an agent may
+ * receive those, the commands only in the queue group ("<subject> spawnpool", the default --queue), and answer on
+ * inboxes; the 503 "no responders" status needs no permission of its own.
  */
 function permissionsConfig(subject: string): string {
   return `authorization {
@@ -742,7 +768,7 @@ function permissionsConfig(subject: string): string {
       user: agent, password: agent-pass
       permissions: {
         publish: { allow: ["_INBOX.>"] }
-        subscribe: { allow: ["${subject}", "${subject}.agents", "${subject}.ctl.a1.*"] }
+        subscribe: { allow: ["${subject} spawnpool", "${subject}.agents", "${subject}.ctl.a1.*"] }
       }
     }
     {

@@ -131,6 +131,22 @@ describe("output a runtime reads in one huge piece", () => {
     assert.deepEqual(last, [Frame.Stdout, Frame.StreamEnd, Frame.Exit], "the end follows the last byte");
   });
 
+  it("streamed: output held past the window when the command exits goes out with its end, and one Exit", async () => {
+    const worker = fakeWorker();
+    const events = await worker.spawn(1, { window });
+    const output = patterned(window + window / 2);
+    events.data(1, output);
+    events.end(1); // the end comes while output is held
+    await settle();
+    assert.equal(sentBytes(worker.sent, Frame.Stdout), window, "one window before the exit");
+    events.exit(0, null);
+    await settle();
+    const stdout = worker.sent.filter((f) => f.type === Frame.Stdout);
+    assert.deepEqual(concatBytes(stdout.map((f) => f.payload)), output, "the rest, within the window after the exit");
+    assert.equal(worker.sent.filter((f) => f.type === Frame.Exit).length, 1, "one Exit");
+    assert.deepEqual(worker.sent.slice(-2).map((f) => f.type), [Frame.StreamEnd, Frame.Exit]);
+  });
+
   it("streamed: a release drops the held output; the request completes and the stream stays paused", async () => {
     const worker = fakeWorker();
     const events = await worker.spawn(1, { window });

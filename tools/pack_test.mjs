@@ -180,7 +180,7 @@ function agentBin(dir, host) {
     if (!run(host, [cli, "--help"], dir).startsWith("Usage: spawnpool agent")) throw new Error("no usage from --help");
     let output = "";
     try {
-      run(host, [cli, "agent", "--servers", "nats://127.0.0.1:9"], dir);
+      run(host, [cli, "agent", "--servers", "nats://127.0.0.1:9", "--insecure"], dir);
     } catch (error) {
       output = `${error.stdout}${error.stderr}`;
     }

@@ -223,8 +223,10 @@ class Server {
     job.exit = { code, signal };
     if (!job.request.buffered && job.anyOpen) {
       this.#writer.send(Frame.Exited, job.id, encodeExit({ ...job.exit, reason: job.reason }));
-      // From here its output may run a window further ahead of the host (#aheadAllowed): paused streams resume.
+      // From here its output may run a window further ahead of the host (#aheadAllowed): paused streams resume, and
+      // held output whose end had come goes out with that end, which may complete the request here.
       for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#sendHeld(job, fd);
+      if (this.#jobs.get(job.id) !== job) return;
     }
     this.#armGrace(job);
     this.#finish(job);
@@ -232,7 +234,7 @@ class Server {
 
   /** Sends the Exit frame (with a buffered request's output) once the child exited and both streams closed. */
   #finish(job: Job): void {
-    if (!job.exit || job.anyOpen) return;
+    if (!job.exit || job.anyOpen || this.#jobs.get(job.id) !== job) return;
     for (const timer of job.timers) clearTimeout(timer);
     job.grace?.();
     this.#jobs.delete(job.id);
