@@ -11,7 +11,6 @@ import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
 import { exitBySignal } from "../core/signals.ts";
 import { killOwnGroup, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
-import { system } from "./_system.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import type { PendingWorker } from "./_unix_handshake.ts";
 
