@@ -55,6 +55,22 @@ function groupOf(pid: string): number {
 }
 
 /**
+ * Whether the process group of a command this worker's runtime has reaped is certainly gone, its id taken: a live
+ * process now has its pid (Linux /proc). A group's id is not given to a new process while any member of the group
+ * lives, so a group whose leader is gone and whose pid is free may still hold the command's children (a background job
+ * holding its output), and signalling it reaches them only; once a new process has the pid, -pid would signal a
+ * stranger's group. False where that cannot be told (not Linux, no permission for /proc).
+ */
+export function groupIdTaken(pid: number): boolean {
+  if (system.platform !== "linux" || !procReadable()) return false;
+  try {
+    return statFields(String(pid))[0] !== "X";
+  } catch {
+    return false;
+  }
+}
+
+/**
  * A worker's `vouch`: whether a pid it reported is its child, as /proc tells (its parent is the worker, zombies
  * included): that process's start time, `false` for a live process whose parent is another, undefined where it
  * cannot be told (not Linux, no permission for /proc, no such process any more).

@@ -9,7 +9,7 @@
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { exitBySignal } from "../core/signals.ts";
-import { commandEnv, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
+import { commandEnv, groupIdTaken, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
 import { system } from "./_system.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
@@ -205,8 +205,10 @@ export const bunAdapter: Adapter = {
         }
       },
       kill(signal, group) {
-        if (group && ownGroup) system.kill(-pid, signal);
-        else proc.kill(signal);
+        if (!(group && ownGroup)) return proc.kill(signal);
+        // Once Bun has reaped the command, its group is signalled only while no new process has its pid.
+        const reaped = proc.exitCode !== null || proc.signalCode !== null;
+        if (!reaped || !groupIdTaken(pid)) system.kill(-pid, signal);
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),

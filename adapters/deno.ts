@@ -10,7 +10,7 @@ import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
 import { exitBySignal } from "../core/signals.ts";
-import { killOwnGroup, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
+import { groupIdTaken, killOwnGroup, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import type { PendingWorker } from "./_unix_handshake.ts";
 
@@ -185,6 +185,8 @@ export const denoAdapter: Adapter = {
       "--allow-run",
       "--allow-net",
       "--allow-env=SPAWNPOOL_CHANNEL,NODE_CHANNEL_FD",
+      // To tell whether a reaped command's group id has been taken by another process before signalling it.
+      "--allow-read=/proc",
       // Loaded from a URL (JSR): the worker imports its modules from the same host.
       ...(/^https?:/.test(entry) ? [`--allow-import=${new URL(entry).host}`] : []),
       entry,
@@ -279,6 +281,7 @@ export const denoAdapter: Adapter = {
       pumps[2] = new StreamPump(child.stderr, (chunk) => events.data(2, chunk), () => events.end(2));
     }
     const stdin = request.stdin === "piped" ? child.stdin.getWriter() : undefined;
+    let reaped = false;
     void child.status.then(
       (status) => events.exit(status.signal ? null : status.code, status.signal),
       (error) => {
@@ -288,6 +291,7 @@ export const denoAdapter: Adapter = {
         events.exit(exit.code, exit.signal);
       },
     ).finally(() => {
+      reaped = true;
       // The command is gone: its stdin pipe goes now, as Node's ChildProcess destroys stdin at exit, rather than
       // whenever the collector finds the writer (a worker held tens of dead commands' pipes that way).
       stdin?.abort().catch(() => {});
@@ -303,9 +307,13 @@ export const denoAdapter: Adapter = {
         stdin?.close().catch(() => {});
       },
       kill(signal, group) {
-        // Without a group of its own, the command is in the worker's group: `killOwnGroup` ends it on stop.
-        if (group && ownGroup) Deno.kill(-pid, signal as Deno.Signal);
-        else child.kill(signal as Deno.Signal);
+        // Without a group of its own, the command is in the worker's group: `killOwnGroup` ends it on stop. Once Deno
+        // has reaped it, its group is signalled only while no new process has its pid (groupIdTaken).
+        if (group && ownGroup) {
+          if (!reaped || !groupIdTaken(pid)) Deno.kill(-pid, signal as Deno.Signal);
+        } else {
+          child.kill(signal as Deno.Signal);
+        }
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),

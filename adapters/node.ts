@@ -10,7 +10,7 @@ import type { ChildProcess } from "node:child_process";
 import type { Socket } from "node:net";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { commandEnv, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
+import { commandEnv, groupIdTaken, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
 import { system } from "./_system.ts";
 
 /**
@@ -224,7 +224,13 @@ export const nodeAdapter: Adapter = {
         child.stdin?.end();
       },
       kill(signal, group) {
-        system.kill(group && ownGroup ? -pid : pid, signal);
+        // Once Node has reaped the command, neither its pid nor (once a new process has that pid) its group is its.
+        const reaped = child.exitCode !== null || child.signalCode !== null;
+        if (!(group && ownGroup)) {
+          if (!reaped) system.kill(pid, signal);
+          return;
+        }
+        if (!reaped || !groupIdTaken(pid)) system.kill(-pid, signal);
       },
       pause(fd: StreamFd) {
         streams[fd]?.pause();

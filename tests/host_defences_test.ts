@@ -24,7 +24,7 @@ import {
   PROTOCOL_VERSION,
 } from "../core/frame.ts";
 import { WorkerHandle } from "../core/worker_handle.ts";
-import { orphanKiller, vouchFor } from "../adapters/_signals.ts";
+import { groupIdTaken, orphanKiller, vouchFor } from "../adapters/_signals.ts";
 import { system } from "../adapters/_system.ts";
 import { Execution } from "../core/execution.ts";
 import { Pool, SpawnError, SpawnPoolError } from "../mod.ts";
@@ -183,6 +183,19 @@ describe("a host fed random and mutated worker frames (fuzz)", () => {
     (globalThis as { Bun?: { gc(force: boolean): void } }).Bun?.gc(true);
     const grewMB = (rssBytes(process.pid) - before) / 2 ** 20;
     assert.ok(grewMB < 768, `the host grew by ${grewMB.toFixed(0)} MB`);
+  });
+});
+
+describe("a reaped command's process group (worker side)", () => {
+  it("is known taken once a live process has its pid, and free while none has", async () => {
+    const child = spawn("sleep", ["30"], { detached: true, stdio: "ignore" });
+    const pid = child.pid!;
+    assert.equal(groupIdTaken(pid), true, "a live process has the pid");
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    process.kill(pid, "SIGKILL");
+    await exited; // reaped by this runtime
+    assert.deepEqual(await survivors([pid]), []);
+    assert.equal(groupIdTaken(pid), false, "nothing has the pid once it was reaped");
   });
 });
 

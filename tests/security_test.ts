@@ -94,6 +94,7 @@ describe("a local attacker on the unix-socket channel", () => {
         "--allow-run",
         "--allow-net",
         "--allow-env=SPAWNPOOL_CHANNEL,NODE_CHANNEL_FD",
+        "--allow-read=/proc",
         ...(found.startsWith("\0") ? [] : [`--allow-read=${found}`, `--allow-write=${found}`]),
       ],
       "the Deno worker's permissions are the least it needs (a socket file: that one path)",
