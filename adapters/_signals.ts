@@ -70,6 +70,17 @@ export function groupIdTaken(pid: number): boolean {
   }
 }
 
+/** A live process's start time, as /proc gives it (Linux), for a later {@linkcode killGroups}; undefined otherwise. */
+export function startTimeOf(pid: number): string | undefined {
+  if (system.platform !== "linux" || !procReadable()) return undefined;
+  try {
+    const stat = statFields(String(pid));
+    return stat[0] === "X" ? undefined : stat[19];
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * A worker's `vouch`: whether a pid it reported is its child, as /proc tells (its parent is the worker, zombies
  * included): that process's start time, `false` for a live process whose parent is another, undefined where it

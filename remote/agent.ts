@@ -25,7 +25,7 @@ import {
   type StreamFd,
 } from "../core/frame.ts";
 import { PoolCore, type PoolOptions } from "../core/pool_core.ts";
-import process from "node:process";
+import { killGroups, startTimeOf } from "../adapters/_signals.ts";
 import { signalNumber } from "../core/signals.ts";
 import { parseRequest } from "../worker/job.ts";
 import type { RequestChannel, RequestSink } from "../core/worker_handle.ts";
@@ -390,6 +390,8 @@ class Relay implements Submission, RequestSink {
   #sentAt = 0;
   #acceptTimer: ReturnType<typeof setTimeout> | undefined;
   readonly #startedAt = Date.now();
+  /** The command's start time (/proc), for a kill of its group that must not reach a pid reused since. */
+  #started: string | undefined;
   /** Killed for its caller: its frames go nowhere. */
   #killed = false;
   /** The caller heard the command's end: nothing more goes to it. */
@@ -503,15 +505,10 @@ class Relay implements Submission, RequestSink {
     this.#toWorker(Frame.Release, FD_PAYLOAD[1]);
     this.#toWorker(Frame.Release, FD_PAYLOAD[2]);
     // The worker signals only a command still running; its process group may outlive it (a shell's background job),
-    // and a command whose caller is gone leaves nothing behind. The group is the command's own (checkRequest), and
-    // its id cannot be another's while the local pool has not seen the request end.
-    if (this.pid !== undefined) {
-      try {
-        process.kill(-this.pid, "SIGKILL");
-      } catch {
-        // Gone already.
-      }
-    }
+    // and a command whose caller is gone leaves nothing behind. The group is the command's own (checkRequest); a
+    // JavaScript worker may have reaped the command already, so the group is signalled only while the process of that
+    // pid is still the one that started then, or none (a group's id is not taken while any of its members lives).
+    if (this.pid !== undefined && this.#started !== undefined) killGroups([{ pid: this.pid, start: this.#started }]);
   }
 
   /** Forgets a command the local pool will say no more of (it closed). */
@@ -533,6 +530,7 @@ class Relay implements Submission, RequestSink {
 
   onSpawned(pid: number): void {
     this.pid = pid;
+    this.#started = startTimeOf(pid);
     this.#agent.log({ event: "start", id: this.#name, cmd: this.request.cmd, args: this.request.args, pid });
     this.out(Frame.Spawned, encodeU32(pid));
   }
