@@ -1,0 +1,54 @@
+/**
+ * Every relative link in the README, CHANGELOG, docs/ and bench/README.md reaches a file of the checkout, and every
+ * `#anchor` a heading of its file (GitHub's anchors: lower case, punctuation dropped, spaces as dashes).
+ */
+
+import assert from "node:assert/strict";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
+import { describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+
+const root = fileURLToPath(new URL("..", import.meta.url).href);
+const pages = [
+  "README.md",
+  "CHANGELOG.md",
+  "bench/README.md",
+  ...readdirSync(join(root, "docs")).filter((name) => name.endsWith(".md")).map((name) => `docs/${name}`),
+];
+
+/** The anchors of a Markdown file's headings, as GitHub makes them. */
+function anchors(file: string): Set<string> {
+  const text = readFileSync(file, "utf8").replace(/^```[\s\S]*?^```$/gm, "");
+  const seen = new Map<string, number>();
+  const out = new Set<string>();
+  for (const [, heading] of text.matchAll(/^#{1,6} +(.+?) *#*$/gm)) {
+    const slug = heading.toLowerCase().replace(/[`*_]/g, "").replace(/[^\p{L}\p{N} -]/gu, "").replace(/ /g, "-");
+    const n = seen.get(slug) ?? 0;
+    seen.set(slug, n + 1);
+    out.add(n === 0 ? slug : `${slug}-${n}`);
+  }
+  return out;
+}
+
+describe("the docs' relative links", () => {
+  for (const page of pages) {
+    it(`${page}: every relative link and anchor resolves`, () => {
+      const text = readFileSync(join(root, page), "utf8").replace(/^```[\s\S]*?^```$/gm, "");
+      const broken: string[] = [];
+      for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (/^[a-z]+:/i.test(target)) continue; // http:, https:, mailto:
+        const [path, anchor] = target.split("#");
+        const file = path === "" ? join(root, page) : join(root, dirname(page), path);
+        if (!existsSync(file)) {
+          broken.push(`${target}: no ${relative(root, file)}`);
+          continue;
+        }
+        if (anchor !== undefined && file.endsWith(".md") && !anchors(file).has(anchor)) {
+          broken.push(`${target}: no heading #${anchor} in ${relative(root, file)}`);
+        }
+      }
+      assert.deepEqual(broken, []);
+    });
+  }
+});
