@@ -8,6 +8,7 @@
 
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
+import type { ResourceUsage } from "../core/usage.ts";
 import { exitBySignal } from "../core/signals.ts";
 import { commandEnv, groupIdTaken, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
 import { system } from "./_system.ts";
@@ -56,6 +57,8 @@ interface BunSubprocess {
   kill(signal?: string | number): void;
   ref(): void;
   unref(): void;
+  /** What the process used, once it has exited. */
+  resourceUsage?(): ResourceUsage | undefined;
 }
 
 /** The part of Bun's global this adapter uses: typed here, so that the library type-checks without bun-types. */
@@ -209,6 +212,24 @@ export const bunAdapter: Adapter = {
         // Once Bun has reaped the command, its group is signalled only while no new process has its pid.
         const reaped = proc.exitCode !== null || proc.signalCode !== null;
         if (!reaped || !groupIdTaken(pid)) system.kill(-pid, signal);
+      },
+      usage() {
+        const used = proc.resourceUsage?.();
+        if (used === undefined) return undefined;
+        return {
+          user: Number(used.cpuTime.user),
+          system: Number(used.cpuTime.system),
+          maxRSS: used.maxRSS,
+          vcsw: used.contextSwitches.voluntary,
+          ivcsw: used.contextSwitches.involuntary,
+          inblock: used.ops.in,
+          oublock: used.ops.out,
+          msgsnd: used.messages.sent,
+          msgrcv: used.messages.received,
+          nsignals: used.signalCount,
+          nswap: used.swapCount,
+          shm: used.shmSize,
+        };
       },
       pause: (fd: StreamFd) => pumps[fd]?.pause(),
       resume: (fd: StreamFd) => pumps[fd]?.resume(),

@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { Allocate, SpawnFailure, SpawnRequest, StreamFd } from "./frame.ts";
+import type { Allocate, SpawnFailure, SpawnRequest, StreamFd, WireUsage } from "./frame.ts";
 
 /** A runtime that can host a pool or run its workers. */
 export type RuntimeName = "deno" | "bun" | "node";
@@ -158,6 +158,8 @@ export interface SpawnedChild {
    * in the host does not until told so.
    */
   keepAlive?(on: boolean): void;
+  /** What the child used, once it has exited, where the runtime tells (Bun's `resourceUsage()`); absent elsewhere. */
+  usage?(): WireUsage | undefined;
 }
 
 /**

@@ -19,6 +19,7 @@ import {
   type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
+  type WireUsage,
 } from "./frame.ts";
 import { MAX_TIMER_MS } from "./options.ts";
 import { pumpStdin, type StdinSource, writableStdin } from "./stdin.ts";
@@ -144,6 +145,8 @@ export class Execution implements RequestSink, Submission {
   #exitedDeferred: Deferred<ExitInfo> | undefined;
   /** Set when the child exited. */
   #exitInfo: ExitInfo | undefined;
+  /** What the command used, as its worker last reported it. */
+  #usage: WireUsage | undefined;
   #completed = new Deferred<Completion>();
   #outputs: [undefined, OutputSink | undefined, OutputSink | undefined] = [undefined, undefined, undefined];
   #stdin: WritableStream<Uint8Array> | undefined;
@@ -299,8 +302,17 @@ export class Execution implements RequestSink, Submission {
     this.#events?.spawned(pid);
   }
 
+  /**
+   * What the command used, once its worker reported its exit, where the worker can tell (native and Bun workers);
+   * undefined before, and on Node and Deno workers.
+   */
+  get usage(): WireUsage | undefined {
+    return this.#usage;
+  }
+
   /** @internal */
   onExited(info: ExitInfo): void {
+    if (info.usage !== undefined) this.#usage = info.usage;
     if (this.#exitInfo !== undefined || this.#done) return;
     this.#exitInfo = info;
     if (this.#backstop !== undefined) clearTimeout(this.#backstop);

@@ -162,6 +162,60 @@ export interface ExitInfo {
   signal: string | null;
   /** Set when the worker stopped the child itself. */
   reason: StopReason;
+  /** What the command used, where its worker can tell (native workers, and Bun's); undefined elsewhere. */
+  usage?: WireUsage;
+}
+
+/**
+ * A command's resource usage as the worker reports it (its `getrusage` fields): CPU times in microseconds, `maxRSS`
+ * in bytes, the rest counts.
+ */
+export interface WireUsage {
+  user: number;
+  system: number;
+  maxRSS: number;
+  vcsw: number;
+  ivcsw: number;
+  inblock: number;
+  oublock: number;
+  msgsnd: number;
+  msgrcv: number;
+  nsignals: number;
+  nswap: number;
+  shm: number;
+}
+
+/** The fields of {@linkcode WireUsage}, each a count a worker must give. */
+const USAGE_FIELDS = [
+  "user",
+  "system",
+  "maxRSS",
+  "vcsw",
+  "ivcsw",
+  "inblock",
+  "oublock",
+  "msgsnd",
+  "msgrcv",
+  "nsignals",
+  "nswap",
+  "shm",
+] as const;
+
+/** A worker's usage report, checked: an object of exactly the known counts (each a non-negative safe integer). */
+function checkUsage(raw: unknown): WireUsage {
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw new ProtocolError("Exit frame has a malformed usage");
+  }
+  const usage = Object.create(null) as Record<string, number>;
+  for (const field of USAGE_FIELDS) {
+    const value = (raw as Record<string, unknown>)[field];
+    if (!Number.isSafeInteger(value) || (value as number) < 0) {
+      throw new ProtocolError("Exit frame has a malformed usage");
+    }
+    usage[field] = value as number;
+  }
+  if (Object.keys(raw).length !== USAGE_FIELDS.length) throw new ProtocolError("Exit frame has a malformed usage");
+  return usage as unknown as WireUsage;
 }
 
 /** A decoding failure: the channel that produced it must be closed. */
@@ -275,8 +329,10 @@ export function decodeExit(payload: Uint8Array): { info: ExitInfo; stdout: Uint8
   const outLength = decodeU32(payload, 4 + jsonLength);
   const start = 8 + jsonLength;
   if (payload.byteLength < start + outLength) throw new ProtocolError("Exit frame is truncated");
+  const info: ExitInfo = { code, signal, reason };
+  if (raw.usage !== undefined) info.usage = checkUsage(raw.usage);
   return {
-    info: { code, signal, reason },
+    info,
     stdout: payload.subarray(start, start + outLength),
     stderr: payload.subarray(start + outLength),
   };

@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
+#include <unistd.h>
 
 #define HASH_BUCKETS 1024
 static struct job *by_id[HASH_BUCKETS];
@@ -88,12 +92,41 @@ void kill_group_for_good(struct job *job) {
 static void reap(struct job *job) {
   if (job->reaped || !job->exited) return;
   job->reaped = true;
-  while (waitpid(job->pid, NULL, WNOHANG) < 0 && errno == EINTR) {}
+  struct rusage usage;
+  pid_t r;
+  while ((r = wait4(job->pid, NULL, WNOHANG, &usage)) < 0 && errno == EINTR) {}
+  if (r == job->pid) {
+    job->usage = usage;
+    job->has_usage = true;
+  }
+}
+
+/* Microseconds in a timeval. */
+static unsigned long long micros(struct timeval t) {
+  return (unsigned long long)t.tv_sec * 1000000ULL + (unsigned long long)t.tv_usec;
+}
+
+/* The command's resource usage as JSON members (Bun's resourceUsage() fields, cpu times in µs, maxRSS in bytes). */
+static int usage_json(const struct job *job, char *out, size_t size) {
+  if (!job->has_usage) return snprintf(out, size, "%s", "");
+  const struct rusage *u = &job->usage;
+#ifdef __APPLE__
+  unsigned long long rss = (unsigned long long)u->ru_maxrss; /* bytes */
+#else
+  unsigned long long rss = (unsigned long long)u->ru_maxrss * 1024ULL; /* KiB */
+#endif
+  return snprintf(out, size,
+                  ",\"usage\":{\"user\":%llu,\"system\":%llu,\"maxRSS\":%llu,\"vcsw\":%ld,\"ivcsw\":%ld,"
+                  "\"inblock\":%ld,\"oublock\":%ld,\"msgsnd\":%ld,\"msgrcv\":%ld,\"nsignals\":%ld,\"nswap\":%ld,"
+                  "\"shm\":%ld}",
+                  micros(u->ru_utime), micros(u->ru_stime), rss, u->ru_nvcsw, u->ru_nivcsw, u->ru_inblock,
+                  u->ru_oublock, u->ru_msgsnd, u->ru_msgrcv, u->ru_nsignals, u->ru_nswap, u->ru_ixrss);
 }
 
 /* The exit payload: u32 JSON length, JSON {code, signal, reason}, u32 stdout length, stdout, stderr. */
 static void send_exit(struct job *job, uint8_t type, bool with_output) {
-  char json[128];
+  char json[640];
+  char usage[512];
   const char *name = job->sig ? signal_name(job->sig) : NULL;
   char code[16], signal_text[32], reason[16];
   /* A signal without a name on the wire (a real-time one) is reported as a shell does: code 128 + its number. */
@@ -103,7 +136,9 @@ static void send_exit(struct job *job, uint8_t type, bool with_output) {
   else snprintf(signal_text, sizeof signal_text, "null");
   if (job->reason) snprintf(reason, sizeof reason, "\"%s\"", job->reason);
   else snprintf(reason, sizeof reason, "null");
-  int json_len = snprintf(json, sizeof json, "{\"code\":%s,\"signal\":%s,\"reason\":%s}", code, signal_text, reason);
+  usage_json(job, usage, sizeof usage);
+  int json_len =
+      snprintf(json, sizeof json, "{\"code\":%s,\"signal\":%s,\"reason\":%s%s}", code, signal_text, reason, usage);
   size_t stdout_len = with_output ? job->collected[1].len : 0;
   size_t stderr_len = with_output ? job->collected[2].len : 0;
   size_t length = 8 + (size_t)json_len + stdout_len + stderr_len;
@@ -142,7 +177,17 @@ void check_exit(struct job *job) {
   if (job->exited) return;
   siginfo_t info;
   memset(&info, 0, sizeof info);
+#ifdef __linux__
+  /* The system call itself, which (unlike glibc's wrapper) also gives the zombie's usage, kept unreaped. */
+  struct rusage usage;
+  int r = (int)syscall(SYS_waitid, P_PID, (id_t)job->pid, &info, WEXITED | WNOHANG | WNOWAIT, &usage);
+  if (r == 0 && info.si_pid != 0) {
+    job->usage = usage;
+    job->has_usage = true;
+  }
+#else
   int r = waitid(P_PID, (id_t)job->pid, &info, WEXITED | WNOHANG | WNOWAIT);
+#endif
   if (r < 0 && errno == EINTR) return;
   if (r == 0 && info.si_pid == 0) return; /* still running */
   watch_close(&job->w_exit);

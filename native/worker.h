@@ -25,6 +25,7 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -142,6 +143,8 @@ struct job {
   struct buf collected[3];
   size_t collected_bytes;
   double total_bytes;
+  struct rusage usage; /* the command's, from waitid (Linux, at its exit) or wait4 (at the reap) */
+  bool has_usage;
   struct stdin_op *stdin_head, *stdin_tail;
   int64_t timeout_at, force_at, grace_at; /* monotonic us; 0: not armed */
   int64_t linger_at, linger_until;         /* the next look at lingering sockets, and the last */

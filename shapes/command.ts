@@ -7,7 +7,8 @@
 import { SpawnError, SpawnPoolError } from "../core/errors.ts";
 import { type Completion, Execution, type Scheduler } from "../core/execution.ts";
 import type { OutputReadableStream } from "../core/output_stream.ts";
-import { concatBytes, type ExitInfo, type SpawnRequest, type StdioMode } from "../core/frame.ts";
+import { concatBytes, type ExitInfo, type SpawnRequest, type StdioMode, type WireUsage } from "../core/frame.ts";
+import { type ResourceUsage, resourceUsage } from "../core/usage.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
 import { exitStatusCode, signalName } from "../core/signals.ts";
 
@@ -39,6 +40,11 @@ export interface CommandStatus {
 
 /** The result of `output()`, as `Deno.CommandOutput`. */
 export interface CommandOutput extends CommandStatus {
+  /**
+   * What the command used (an extension, shaped as Bun's `Subprocess.resourceUsage()`), on native and Bun workers;
+   * undefined on Node and Deno workers.
+   */
+  readonly resourceUsage: ResourceUsage | undefined;
   /** Stdout bytes; throws if stdout was not piped. */
   readonly stdout: Uint8Array;
   /** Stderr bytes; throws if stderr was not piped. */
@@ -101,9 +107,15 @@ function toStatus(info: ExitInfo, command: string): CommandStatus {
   return { success: code === 0 && info.signal === null, code, signal: info.signal };
 }
 
-function toOutput(status: CommandStatus, stdout: Uint8Array | null, stderr: Uint8Array | null): CommandOutput {
+function toOutput(
+  status: CommandStatus,
+  stdout: Uint8Array | null,
+  stderr: Uint8Array | null,
+  usage: WireUsage | undefined,
+): CommandOutput {
   return {
     ...status,
+    resourceUsage: usage === undefined ? undefined : resourceUsage(usage),
     get stdout(): Uint8Array {
       if (stdout === null) throw new TypeError("Cannot get 'stdout': 'stdout' is not piped");
       return stdout;
@@ -193,6 +205,7 @@ export class PoolCommand {
       toStatus(done.info, request.cmd),
       request.stdout === "piped" ? done.stdout : null,
       request.stderr === "piped" ? done.stderr : null,
+      done.info.usage,
     );
   }
 
@@ -295,7 +308,16 @@ export class PooledChildProcess {
       drain(this.#execution.stderr),
       this.#status,
     ]);
-    return toOutput(status, stdout, stderr);
+    return toOutput(status, stdout, stderr, this.#execution.usage);
+  }
+
+  /**
+   * What the command used (an extension, shaped as Bun's `Subprocess.resourceUsage()`): set once it has exited, on
+   * native and Bun workers; undefined before, and on Node and Deno workers.
+   */
+  resourceUsage(): ResourceUsage | undefined {
+    const usage = this.#execution.usage;
+    return usage === undefined ? undefined : resourceUsage(usage);
   }
 
   /**

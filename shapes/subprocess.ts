@@ -10,6 +10,7 @@ import type { StdinSource } from "../core/stdin.ts";
 import type { OutputReadableStream } from "../core/output_stream.ts";
 import type { StdioMode } from "../core/frame.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
+import { type ResourceUsage, resourceUsage } from "../core/usage.ts";
 import { exitStatusCode, signalName } from "../core/signals.ts";
 
 /** Stdio choices for stdout and stderr, as Bun names them. */
@@ -340,6 +341,15 @@ export class PooledSubprocess {
   /** Exit code, or null while running or after a signal. */
   get exitCode(): number | null {
     return this.#exitCode;
+  }
+
+  /**
+   * What the command used, as Bun's `resourceUsage()`: set once it has exited, on native and Bun workers; undefined
+   * before, and on Node and Deno workers (their runtimes do not tell).
+   */
+  resourceUsage(): ResourceUsage | undefined {
+    const usage = this.#execution.usage;
+    return usage === undefined ? undefined : resourceUsage(usage);
   }
 
   /** The signal that ended the command, or null. */

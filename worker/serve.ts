@@ -14,6 +14,7 @@ import {
   encodeJson,
   encodeU32,
   EXIT_TAIL_WINDOWS,
+  type ExitInfo,
   FD_PAYLOAD,
   Frame,
   FrameDecoder,
@@ -222,7 +223,7 @@ class Server {
   #onExit(job: Job, code: number | null, signal: string | null): void {
     job.exit = { code, signal };
     if (!job.request.buffered && job.anyOpen) {
-      this.#writer.send(Frame.Exited, job.id, encodeExit({ ...job.exit, reason: job.reason }));
+      this.#writer.send(Frame.Exited, job.id, encodeExit(this.#exitInfo(job)));
       // From here its output may run a window further ahead of the host (#aheadAllowed): paused streams resume, and
       // held output whose end had come goes out with that end, which may complete the request here.
       for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#sendHeld(job, fd);
@@ -240,11 +241,15 @@ class Server {
     this.#jobs.delete(job.id);
     // Buffered output leaves as the chunks it was read in (views of at most MAX_CHUNK_BYTES of them): no copy here.
     const [, stdout, stderr] = job.streams;
-    this.#writer.send(
-      Frame.Exit,
-      job.id,
-      encodeExit({ ...job.exit, reason: job.reason }, stdout.collected, stderr.collected),
-    );
+    this.#writer.send(Frame.Exit, job.id, encodeExit(this.#exitInfo(job), stdout.collected, stderr.collected));
+  }
+
+  /** A job's exit as the host hears it: status, why the worker stopped it, and what it used where the runtime tells. */
+  #exitInfo(job: Job): ExitInfo {
+    const info: ExitInfo = { ...job.exit!, reason: job.reason };
+    const usage = job.child?.usage?.();
+    if (usage !== undefined) info.usage = usage;
+    return info;
   }
 
   /** Sends a buffered request's collected output ahead of its exit. */

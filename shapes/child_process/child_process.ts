@@ -12,6 +12,7 @@ import { Execution, type Scheduler } from "../../core/execution.ts";
 import type { OutputControls, OutputSink } from "../../core/output_stream.ts";
 import type { ExitInfo, StreamFd } from "../../core/frame.ts";
 import { buildRequest } from "../../core/options.ts";
+import { type ResourceUsage, resourceUsage } from "../../core/usage.ts";
 import { AbortError, errnoOf, nodeError, validSignal } from "./errors.ts";
 import type { PooledSpawn } from "./options.ts";
 import { epipe, InputWritable, OutputReadable } from "./streams.ts";
@@ -286,6 +287,15 @@ export class ChildProcess extends EventEmitter {
   #deliver(event: () => void): void {
     if (this.#afterSpawn !== undefined) this.#afterSpawn.push(event);
     else queueMicrotask(event);
+  }
+
+  /**
+   * What the command used (an extension, shaped as Bun's `Subprocess.resourceUsage()`): set once it has exited, on
+   * native and Bun workers; undefined before, and on Node and Deno workers.
+   */
+  resourceUsage(): ResourceUsage | undefined {
+    const usage = this.#execution?.usage;
+    return usage === undefined ? undefined : resourceUsage(usage);
   }
 
   /** Kills the command unless it was already killed, as Node's `ChildProcess[Symbol.dispose]`. */
