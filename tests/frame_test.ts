@@ -17,6 +17,7 @@ import {
   FrameDecoder,
   keepBytes,
   MAX_PAYLOAD_BYTES,
+  ProtocolError,
 } from "../core/frame.ts";
 import { frame } from "./_helpers.ts";
 import { decode, feed, random, randomBytes } from "./_fuzz.ts";
@@ -122,6 +123,27 @@ describe("payload bytes: no copies on the way, none kept that pin more", () => {
     for (const chunk of [...out, ...err]) assert.ok(parts.includes(chunk), "a chunk was copied");
     const decoded = decodeExit(concatBytes(parts));
     assert.deepEqual(decoded.info, { code: 3, signal: null, reason: null });
+    // What the command used travels with its exit, every field checked.
+    const usage = {
+      user: 1,
+      system: 2,
+      maxRSS: 3,
+      vcsw: 4,
+      ivcsw: 5,
+      inblock: 6,
+      oublock: 7,
+      msgsnd: 8,
+      msgrcv: 9,
+      nsignals: 10,
+      nswap: 11,
+      shm: 12,
+    };
+    const withUsage = decodeExit(concatBytes(encodeExit({ code: 0, signal: null, reason: null, usage })));
+    assert.deepEqual({ ...withUsage.info.usage }, usage);
+    for (const bad of [{ ...usage, user: -1 }, { ...usage, maxRSS: "3" }, { ...usage, extra: 1 }, [], null]) {
+      const parts = encodeExit({ code: 0, signal: null, reason: null, usage: bad as never });
+      assert.throws(() => decodeExit(concatBytes(parts)), ProtocolError, JSON.stringify(bad));
+    }
     assert.deepEqual(decoded.stdout, concatBytes(out));
     assert.deepEqual(decoded.stderr, concatBytes(err));
     const status = { code: 0, signal: null, reason: null };

@@ -47,7 +47,9 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
     const [error] = worker.received.filter((f) => f.type === Frame.SpawnError);
     assert.deepEqual(decodeJson(error.payload), { code: "EINVAL", errno: -22, message: "spawn true EINVAL" });
     const exit = decodeExit(worker.received.find((f) => f.type === Frame.Exit)!.payload);
-    assert.deepEqual([exit.info, text(exit.stdout)], [{ code: 0, signal: null, reason: null }, "after\n"]);
+    const { usage, ...status } = exit.info;
+    assert.deepEqual([status, text(exit.stdout)], [{ code: 0, signal: null, reason: null }, "after\n"]);
+    assert.ok(usage !== undefined && usage.maxRSS > 0, "the exit carries what the command used");
     worker.channel.close();
     await expectExit(worker, [0], "after EINVAL");
   });
@@ -336,7 +338,8 @@ int main(int argc, char **argv) {
     await withWorker("real-time signal", undefined, async (worker) => {
       worker.channel.write([spawnFrame(1, { cmd: "sh", args: ["-c", "kill -36 $$"] })]);
       const answers = await settled(worker, [1], 10_000, "real-time signal");
-      assert.deepEqual(decodeExit(answers.get(1)!.payload).info, { code: 128 + 36, signal: null, reason: null });
+      const { usage: _usage, ...status } = decodeExit(answers.get(1)!.payload).info;
+      assert.deepEqual(status, { code: 128 + 36, signal: null, reason: null });
     });
   });
 });
