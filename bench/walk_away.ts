@@ -9,29 +9,10 @@
 import process from "node:process";
 import { detectRuntime } from "../adapters/runtime.ts";
 import { Pool, type WorkerRuntime } from "../mod.ts";
-import { childProcessFor } from "../node.ts";
+import { abandonedYes } from "../support/abandoned.ts";
 
 const runtimes = (process.env.BENCH_WORKERS ?? "native,deno,bun,node").split(",") as WorkerRuntime[];
 const commands = Number(process.env.WALK_AWAY_COMMANDS ?? 1000);
-
-function abandoned(pool: Pool, i: number): Promise<unknown> {
-  switch (i % 4) {
-    case 0:
-      return pool.spawn(["yes"], { timeout: 30 }).exited;
-    case 1: {
-      const child = pool.command("yes", { stdout: "piped" }).spawn();
-      void child.spawned.then(() => setTimeout(() => child.kill("SIGKILL"), 10));
-      return child.status;
-    }
-    case 2: {
-      const child = childProcessFor(pool).spawn("yes");
-      child.once("spawn", () => setTimeout(() => child.kill(), 10));
-      return new Promise((resolve) => child.once("exit", resolve));
-    }
-    default:
-      return pool.spawn(["yes"], { maxBuffer: 200_000 }).exited;
-  }
-}
 
 const rows: string[] = [];
 for (const runtime of runtimes) {
@@ -40,7 +21,7 @@ for (const runtime of runtimes) {
   const start = performance.now();
   let next = 0;
   await Promise.all(Array.from({ length: 32 }, async () => {
-    for (let i = next++; i < commands; i = next++) await abandoned(pool, i);
+    for (let i = next++; i < commands; i = next++) await abandonedYes(pool, i);
   }));
   const lastExit = performance.now();
   while (pool.stats().inFlight > 0 && performance.now() - lastExit < 30_000) {

@@ -10,6 +10,7 @@ import { existsSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { it } from "node:test";
 import { childProcessFor } from "../node.ts";
+import { abandonedYes } from "../support/abandoned.ts";
 import type { Pool } from "../mod.ts";
 import { childPids, withTimeout } from "./_helpers.ts";
 import { forEachWorker, itUnlessRemote, scratch } from "./_conformance.ts";
@@ -29,32 +30,6 @@ async function eventually(check: () => boolean, ms: number): Promise<boolean> {
     await sleep(10);
   }
   return true;
-}
-
-/**
- * One `yes` ended with its output unread, the i-th way of four: the Bun shape's timeout, the Deno shape's kill, the
- * drop-in's kill (no 'data' listener), the Bun shape's maxBuffer. Resolves once the command's exit was reported.
- */
-function abandonedYes(pool: Pool, i: number): Promise<unknown> {
-  switch (i % 4) {
-    case 0:
-      return pool.spawn(["yes"], { timeout: 30 }).exited;
-    case 1: {
-      const child = pool.command("yes", { stdout: "piped" }).spawn();
-      void child.spawned.then(() => setTimeout(() => child.kill("SIGKILL"), 10));
-      return child.status;
-    }
-    case 2: {
-      const child = childProcessFor(pool).spawn("yes");
-      child.once("spawn", () => setTimeout(() => child.kill(), 10));
-      return new Promise((resolve, reject) => {
-        child.once("exit", resolve);
-        child.once("error", reject);
-      });
-    }
-    default:
-      return pool.spawn(["yes"], { maxBuffer: 200_000 }).exited;
-  }
 }
 
 await forEachWorker("commands ended with their output unread", (pool, _runtime, workers) => {
