@@ -8,6 +8,7 @@
  */
 
 import type { SpawnRequest } from "../core/frame.ts";
+import { isAbsolutePath, joinPath, PATH_DELIMITER } from "./_system.ts";
 
 /**
  * The variables Deno lets only an unscoped `--allow-run` pass to a command (they change what the command
@@ -60,9 +61,8 @@ function executable(path: string): boolean | undefined {
 
 /** `path` against `cwd` when relative (undefined if it is and `cwd` is unknown). */
 function absolute(path: string, cwd: string | undefined): string | undefined {
-  if (path.startsWith("/")) return path;
-  if (cwd === undefined) return undefined;
-  return `${cwd.replace(/\/+$/, "")}/${path}`;
+  if (isAbsolutePath(path)) return path;
+  return cwd === undefined ? undefined : joinPath(cwd, path);
 }
 
 /**
@@ -81,10 +81,10 @@ function resolveProgram(request: SpawnRequest): string | undefined {
   const key = `${path}\0${cwd}\0${cmd}`;
   const known = resolved.get(key);
   if (known !== undefined) return known;
-  for (const entry of path.split(":")) {
+  for (const entry of path.split(PATH_DELIMITER)) {
     const dir = absolute(entry === "" ? "." : entry, cwd);
     if (dir === undefined) return undefined;
-    const candidate = `${dir.replace(/\/+$/, "")}/${cmd}`;
+    const candidate = joinPath(dir, cmd);
     const found = executable(candidate);
     if (found === undefined) return undefined;
     if (found) {
@@ -137,7 +137,7 @@ export function admitRun(request: SpawnRequest, resolve = true): void {
       const own = request.env !== undefined && Object.hasOwn(request.env, "PATH") ? request.env.PATH : undefined;
       const path = own ?? hostPath();
       const searchesOwnPath = (own === undefined || own === hostPath()) &&
-        (path === undefined || path.split(":").every((entry) => entry.startsWith("/")));
+        (path === undefined || path.split(PATH_DELIMITER).every(isAbsolutePath));
       if (!searchesOwnPath) throw notCapableToResolve(name);
     }
   }
