@@ -37,5 +37,6 @@ export type { RuntimeName, WorkerRuntime } from "./core/adapter.ts";
 export { SpawnError, SpawnPoolError, type SpawnPoolErrorCode } from "./core/errors.ts";
 export type { CommonOptions } from "./core/options.ts";
 export type { OutputReadableStream } from "./core/output_stream.ts";
+export type { ExceededLimit, Limits } from "./core/limits.ts";
 export type { ResourceUsage } from "./core/usage.ts";
 export type { StdioMode } from "./core/frame.ts";

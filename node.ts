@@ -112,6 +112,7 @@ import { ChildProcess } from "./shapes/child_process/child_process.ts";
 export { AbortError } from "./shapes/child_process/errors.ts";
 export { ChildProcess };
 export type { ChildProcessApi, ExecError } from "./shapes/child_process/api.ts";
+export type { ExceededLimit, Limits } from "./core/limits.ts";
 import { execFileSync, execSync, fork, spawnSync } from "node:child_process";
 export { execFileSync, execSync, fork, spawnSync };
 export type { Pool } from "./pool.ts";

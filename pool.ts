@@ -8,6 +8,7 @@
 import { currentPlatform } from "./adapters/runtime.ts";
 import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./shapes/command.ts";
 import type { Scheduler } from "./core/execution.ts";
+import { requestDefaults } from "./core/options.ts";
 import { checkMaxQueue, PoolCore, type PoolOptions as LocalPoolOptions, type PoolStats } from "./core/pool_core.ts";
 import type { RemoteOptions, RemoteTlsOptions } from "./remote/options.ts";
 import { DeferredRemotePool } from "./remote/deferred_pool.ts";
@@ -23,8 +24,9 @@ import {
 export interface PoolOptions extends LocalPoolOptions {
   /**
    * Run the commands on agents (`spawnpool agent`) reached through NATS, instead of local workers: the servers, the
-   * subject the agents listen on, and the credentials. `size`, `runtime` and `execPath` are then the agents' to
-   * choose. Needs the NATS client, `@nats-io/transport-node`, loaded only for a remote pool.
+   * subject the agents listen on, and the credentials. `size`, `runtime`, `execPath`, `startInHost` and `cgroup` are
+   * then the agents' to choose (`killTree` and `limits` still hold: they travel with each command). Needs the NATS
+   * client, `@nats-io/transport-node`, loaded only for a remote pool.
    */
   remote?: RemoteOptions;
 }
@@ -43,7 +45,7 @@ interface PoolBackend extends Scheduler {
  */
 function backend(options: PoolOptions): PoolBackend {
   if (options?.remote === undefined) return new PoolCore(currentPlatform(), options);
-  for (const key of ["size", "runtime", "execPath", "startInHost"] as const) {
+  for (const key of ["size", "runtime", "execPath", "startInHost", "cgroup"] as const) {
     if (options[key] !== undefined) {
       throw new TypeError(
         `Option "${key}" cannot be used with "remote": the agents choose it (spawnpool agent --help)`,
@@ -51,7 +53,12 @@ function backend(options: PoolOptions): PoolBackend {
     }
   }
   const host = currentPlatform().host;
-  return new DeferredRemotePool(options.remote, checkMaxQueue(options.maxQueue), host.admit?.bind(host));
+  return new DeferredRemotePool(
+    options.remote,
+    checkMaxQueue(options.maxQueue),
+    host.admit?.bind(host),
+    requestDefaults(options),
+  );
 }
 
 /**
@@ -78,9 +85,10 @@ export class Pool {
    *
    * @param options Size, worker runtime and limits; or, with `remote`, the NATS servers and credentials of agents
    *   that run the commands on other machines (docs/remote.md).
-   * @throws {RangeError} If `size` or `maxQueue` is out of range.
-   * @throws {TypeError} If `runtime` is not "deno", "bun", "node" or "native", if `remote` is malformed, or if `size`,
-   *   `runtime` or `execPath` is given with `remote`.
+   * @throws {RangeError} If `size` or `maxQueue` is out of range, or one of `limits`.
+   * @throws {TypeError} If `runtime` is not "deno", "bun", "node" or "native", if `killTree` or `limits` is
+   *   malformed, if `cgroup` is not an absolute path or is given for workers other than native ones, if `remote` is
+   *   malformed, or if `size`, `runtime`, `execPath`, `startInHost` or `cgroup` is given with `remote`.
    *
    * @example A remote pool: the commands run on `spawnpool agent`s
    * ```ts ignore

@@ -101,6 +101,83 @@ export function vouchFor(workerPid: number): (pid: number) => string | false | u
   };
 }
 
+/** Whether `pid` is the live process that started at `start` (/proc's starttime). */
+function isProcess(pid: number, start: string): boolean {
+  try {
+    const stat = statFields(String(pid));
+    return stat[0] !== "X" && stat[0] !== "Z" && stat[19] === start;
+  } catch {
+    return false;
+  }
+}
+
+/** The children of every thread of `pid`, from /proc (none once it is gone). */
+function childrenOf(pid: number): number[] {
+  const found: number[] = [];
+  let tasks: string[];
+  try {
+    tasks = system.readDir(`/proc/${pid}/task`);
+  } catch {
+    return found;
+  }
+  for (const task of tasks) {
+    try {
+      for (const child of system.readText(`/proc/${pid}/task/${task}/children`).split(" ")) {
+        if (child !== "" && child !== "\n") found.push(Number(child));
+      }
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return found;
+}
+
+/** Whether `pid` is stopped, a zombie or gone: its list of children is final. */
+function settled(pid: number): boolean {
+  try {
+    return "TtZX".includes(statFields(String(pid))[0]);
+  } catch {
+    return true;
+  }
+}
+
+/** Sends `signal` to `pid`, if it still exists. */
+function signalPid(pid: number, signal: string): void {
+  try {
+    system.kill(pid, signal);
+  } catch {
+    // gone (ESRCH)
+  }
+}
+
+/**
+ * SIGKILLs `root` (a live process vouched for) and everything below it, as the native worker's tree.c does when the
+ * worker is gone: each process found is stopped, and its children read only once it is stopped (a stopped parent
+ * reaps nothing, so no pid read from its list can be reused before it is signalled), until a pass finds nothing new.
+ * A killTree command is a subreaper of its own tree, so while it runs its daemons are below it.
+ */
+function killTreeOf(root: number): void {
+  const tree = [root];
+  const seen = new Set(tree);
+  signalPid(root, "SIGSTOP");
+  for (let pass = 0; pass < 64; pass++) {
+    const before = tree.length;
+    for (let i = 0; i < tree.length; i++) {
+      for (let spin = 0; spin < 10_000 && !settled(tree[i]); spin++) {
+        // a stop lands within microseconds; one in uninterruptible sleep lands when it leaves it
+      }
+      for (const child of childrenOf(tree[i])) {
+        if (seen.has(child)) continue;
+        seen.add(child);
+        tree.push(child);
+        signalPid(child, "SIGSTOP");
+      }
+    }
+    if (pass > 0 && tree.length === before) break;
+  }
+  for (const pid of tree) signalPid(pid, "SIGKILL");
+}
+
 /** Whether /proc may be read without asking: always outside Deno; in Deno, with read permission for it. */
 function procReadable(): boolean {
   const deno = (globalThis as { Deno?: { permissions: { querySync(d: object): { state: string } } } }).Deno;
@@ -119,10 +196,18 @@ export function killOwnGroup(): void {
   }
 }
 
-/** SIGKILLs each command's process group that {@linkcode mayKillGroup} allows; one that no longer exists is skipped. */
+/**
+ * SIGKILLs each command's process group that {@linkcode mayKillGroup} allows (one that no longer exists is skipped),
+ * and a killTree command's whole tree first (Linux).
+ */
 export function killGroups(children: readonly ChildProof[], own?: number): void {
   const groups: Array<[number, string | undefined]> = children.map((child) => [child.pid, child.start]);
   if (own !== undefined) groups.push([own, undefined]);
+  for (const child of children) {
+    if (child.tree && system.platform === "linux" && procReadable() && isProcess(child.pid, child.start)) {
+      killTreeOf(child.pid);
+    }
+  }
   for (const [group, start] of groups) {
     if (!mayKillGroup(group, start)) continue;
     try {

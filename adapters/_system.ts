@@ -44,6 +44,8 @@ export interface System {
   stat(path: string): PathStat;
   /** A file's text. */
   readText(path: string): string;
+  /** The names in a directory. */
+  readDir(path: string): string[];
   /**
    * Where `name` is found as an executable on `path` (a PATH value), by the runtime's own lookup, where it has one
    * (Bun's `Bun.which`): cheaper than a `stat` per entry, which on Bun would load `node:fs` (about 2 ms).
@@ -111,6 +113,7 @@ function denoSystem(deno: typeof Deno): System {
       return { directory: stat.isDirectory, mode: stat.mode ?? 0 };
     },
     readText: (path) => deno.readTextFileSync(path),
+    readDir: (path) => Array.from(deno.readDirSync(path), (entry) => entry.name),
     kill: (pid, signal) => deno.kill(pid, signal as Deno.Signal),
     onSignal: (signal, handler) => deno.addSignalListener(signal, handler),
     onExit(handler) {
@@ -152,6 +155,7 @@ function nodeSystem(process: NodeJS.Process): System {
       return { directory: stat.isDirectory(), mode: stat.mode };
     },
     readText: (path) => fs().readFileSync(path, "utf8"),
+    readDir: (path) => fs().readdirSync(path),
     which: bun && ((name, path) => bun.which(name, { PATH: path }) ?? undefined),
     kill: (pid, signal) => void process.kill(pid, signal),
     onSignal: (signal, handler) => void process.on(signal, handler),

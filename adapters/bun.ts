@@ -100,7 +100,7 @@ export const bunAdapter: Adapter = {
           ...(pending && launch.runtime === "deno" ? unix!.withSocketAccess(launch.args, pending.path) : launch.args),
         ],
         stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
-        env: { ...system.environment(), SPAWNPOOL_CHANNEL: launch.channel },
+        env: { ...system.environment(), ...launch.env, SPAWNPOOL_CHANNEL: launch.channel },
         detached: launch.ownGroup,
       });
     } catch (error) {

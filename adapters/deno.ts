@@ -200,7 +200,7 @@ export const denoAdapter: Adapter = {
     try {
       child = new Deno.Command(launch.execPath, {
         args: launch.runtime === "deno" ? withSocketAccess(launch.args, pending.path) : launch.args,
-        env: { SPAWNPOOL_CHANNEL: "unix" },
+        env: { ...launch.env, SPAWNPOOL_CHANNEL: "unix" },
         detached: launch.ownGroup,
         stdin: "piped",
         stdout: "inherit",

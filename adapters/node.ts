@@ -129,7 +129,7 @@ export const nodeAdapter: Adapter = {
         : launch.args;
       child = spawn(launch.execPath, args, {
         stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", pair ? pair.worker : "pipe"],
-        env: { ...system.environment(), SPAWNPOOL_CHANNEL: launch.channel },
+        env: { ...system.environment(), ...launch.env, SPAWNPOOL_CHANNEL: launch.channel },
         detached: launch.ownGroup,
       });
     } catch (error) {

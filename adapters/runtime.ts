@@ -229,14 +229,15 @@ export function currentPlatform(): Platform {
     onExit,
     nativeAvailable: () => nativeDefaultAllowed(runtime) && findNativeWorker() !== undefined,
     inHost: {
-      // The host's commands share its process group; a Deno host's Deno.Command has no argv0 (its workers would
-      // fail the spawn with ENOTSUP, where the pool's workers may run it).
+      // The host's commands share its process group; a Deno host's Deno.Command has no argv0, and no runtime's spawn
+      // has killTree or limits (the host would fail the spawn with ENOTSUP, where the pool's workers may run it).
       takes: (request) =>
-        !request.group && request.detached !== true && (runtime !== "deno" || request.argv0 === undefined),
+        !request.group && request.detached !== true && request.killTree !== true && request.limits === undefined &&
+        (runtime !== "deno" || request.argv0 === undefined),
       // Imported with the rest: in a bundle it costs next to nothing, where a dynamic import() costs 1-2 ms.
       start: () => startInHost(adapterFor(runtime)),
     },
-    launch(workerRuntime: WorkerRuntime, execPath: string | undefined): WorkerLaunch {
+    launch(workerRuntime: WorkerRuntime, execPath: string | undefined, cgroup?: string): WorkerLaunch {
       if (workerRuntime === "native") {
         return {
           runtime: "native",
@@ -244,6 +245,8 @@ export function currentPlatform(): Platform {
           args: [],
           // The native worker marks fd 3 close-on-exec at once, so a socketpair never leaks into its commands.
           channel: adapterFor(runtime).socketpair.host ? "fd3" : "unix",
+          // The pool's cgroup, which the worker puts its commands in.
+          env: cgroup === undefined ? undefined : { SPAWNPOOL_CGROUP: cgroup },
           // It gives every command a process group of its own.
           ownGroup: false,
         };

@@ -65,6 +65,8 @@ export interface WorkerLaunch {
   args: string[];
   /** How the worker reaches the host. */
   channel: ChannelKind;
+  /** Variables the worker gets on top of the host's environment (a native worker's `SPAWNPOOL_CGROUP`). */
+  env?: Readonly<Record<string, string>>;
   /**
    * Start the worker as the leader of a process group of its own, which the commands it spawns without a
    * group of their own join: the worker (or the host, if the worker dies) can then kill them all at once.
@@ -82,6 +84,8 @@ export interface WorkerLaunch {
 export interface ChildProof {
   readonly pid: number;
   readonly start: string;
+  /** A killTree command's: the whole tree below it is killed, not only its process group. */
+  readonly tree?: boolean;
 }
 
 /** A started worker process and its channel, as the host sees it. */
@@ -272,8 +276,11 @@ export interface Adapter {
 export interface Platform {
   /** The adapter of the runtime the host runs in. */
   host: Adapter;
-  /** How to launch a worker of `runtime` (its executable, arguments and environment). */
-  launch(runtime: WorkerRuntime, execPath: string | undefined): WorkerLaunch;
+  /**
+   * How to launch a worker of `runtime` (its executable, arguments and environment); `cgroup` is the pool's (native
+   * workers only), the cgroup v2 directory the worker puts its commands in.
+   */
+  launch(runtime: WorkerRuntime, execPath: string | undefined, cgroup?: string): WorkerLaunch;
   /** The host's runtime. */
   runtime: RuntimeName;
   /**
@@ -296,7 +303,7 @@ export interface Platform {
    * The worker loop run inside the host, on the host's own adapter, for a pool's first commands (`startInHost`): a
    * {@linkcode WorkerProcess} whose channel is in memory. `takes` says whether a request may run there: never one
    * that needs a process group of its own (the host's commands share its group), nor one the host's adapter runs
-   * differently from the pool's workers.
+   * differently from the pool's workers, nor one with `killTree` or `limits` (the host's runtime cannot give them).
    */
 
   inHost?: {

@@ -21,7 +21,7 @@ import {
   type StreamFd,
   type WireUsage,
 } from "./frame.ts";
-import { MAX_TIMER_MS } from "./options.ts";
+import { MAX_TIMER_MS, type RequestDefaults } from "./options.ts";
 import { pumpStdin, type StdinSource, writableStdin } from "./stdin.ts";
 import {
   type OutputControls,
@@ -61,6 +61,8 @@ export interface Submission {
 
 /** The scheduler an execution is submitted to. */
 export interface Scheduler {
+  /** What the pool gives its commands unless they say otherwise (its `killTree`, `limits`): for `buildRequest`. */
+  readonly defaults?: RequestDefaults;
   /**
    * Checks that the host may start `request` at all (a Deno host's run permission), before anything is sent;
    * throws as the runtime's own spawn would.
@@ -94,6 +96,15 @@ class Deferred<T> {
     this.promise.catch(() => {});
   }
 }
+
+/**
+ * What a kill signals: the command ("pid"), its process group ("group"), or its whole tree ("tree": every process it
+ * started, where its worker can reach them; a command spawned with `killTree` keeps them all within reach).
+ */
+export type KillScope = "pid" | "group" | "tree";
+
+/** The Kill frame's prefix for each scope. */
+const KILL_PREFIX: Readonly<Record<KillScope, string>> = { pid: "", group: "-", tree: "*" };
 
 /** Options of an {@linkcode Execution} beyond its spawn request. */
 export interface ExecutionOptions {
@@ -266,11 +277,11 @@ export class Execution implements RequestSink, Submission {
     return this.#exitedDeferred.promise;
   }
 
-  /** Sends a signal to the child (or its process group); queued until the child exists. */
-  kill(signal: string, group = false): void {
+  /** Sends a signal to the child, its process group or its tree ({@linkcode KillScope}); queued until it exists. */
+  kill(signal: string, scope: KillScope = "pid"): void {
     if (this.#done || this.#exitInfo !== undefined) return;
     this.killed = true;
-    const text = new TextEncoder().encode(group ? `-${signal}` : signal);
+    const text = new TextEncoder().encode(KILL_PREFIX[scope] + signal);
     void this.#assigned.promise.then((worker) => worker.send(Frame.Kill, this.id, text), () => {});
   }
 

@@ -14,8 +14,10 @@
  * @module
  */
 
+import { EXCEEDED_LIMITS, type ExceededLimit, type Limits } from "./limits.ts";
+
 /** Version of the frame protocol; the worker states it in its hello and the host refuses a mismatch. */
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 
 /**
  * Once a streamed command has exited (its Exited frame sent), its output may run this many windows ahead of the host's
@@ -39,7 +41,11 @@ export const Frame = {
   Stdin: 2,
   /** host -> worker: close the child's stdin. */
   StdinEnd: 3,
-  /** host -> worker: send a signal; payload is the signal name, optionally prefixed with "-" for the group. */
+  /**
+   * host -> worker: send a signal; payload is the signal name, prefixed with "-" for the command's process group or
+   * with "*" for its whole tree (a `killTree` command's every descendant; elsewhere as much of it as the worker can
+   * reach).
+   */
   Kill: 4,
   /** host -> worker: the host consumed bytes of a stream; payload is u8 fd, u32 byte count. */
   Credit: 5,
@@ -85,6 +91,8 @@ export interface Hello {
   runtime: string;
   /** The worker's process id. */
   pid: number;
+  /** Why the worker cannot serve (a pool `cgroup` it cannot use): it exits after this hello. */
+  error?: string;
 }
 
 /** Why a child could not start, as the worker's runtime reported it. */
@@ -149,6 +157,14 @@ export interface SpawnRequest {
    * honours it; JS workers give what their runtime gives.
    */
   sockets?: boolean;
+  /**
+   * Keep everything the command starts reachable (the native worker makes it a child subreaper), and end its whole
+   * tree whenever the worker ends it: a kill, its timeout, `maxBuffer`, the worker's stop. Sent only when true. Native
+   * workers only: JavaScript workers fail the request with ENOTSUP.
+   */
+  killTree?: boolean;
+  /** Resource limits set in the child before its program starts (native workers only, as `killTree`). */
+  limits?: Limits;
 }
 
 /** Why a completed request's child was stopped by the worker, if it was. */
@@ -164,6 +180,8 @@ export interface ExitInfo {
   reason: StopReason;
   /** What the command used, where its worker can tell (native workers, and Bun's); undefined elsewhere. */
   usage?: WireUsage;
+  /** Which of its `limits` ended the command, when its worker can tell; undefined otherwise. */
+  limit?: ExceededLimit;
 }
 
 /**
@@ -331,6 +349,12 @@ export function decodeExit(payload: Uint8Array): { info: ExitInfo; stdout: Uint8
   if (payload.byteLength < start + outLength) throw new ProtocolError("Exit frame is truncated");
   const info: ExitInfo = { code, signal, reason };
   if (raw.usage !== undefined) info.usage = checkUsage(raw.usage);
+  if (raw.limit !== undefined) {
+    if (!(EXCEEDED_LIMITS as readonly unknown[]).includes(raw.limit)) {
+      throw new ProtocolError("Exit frame names an unknown limit");
+    }
+    info.limit = raw.limit as ExceededLimit;
+  }
   return {
     info,
     stdout: payload.subarray(start, start + outLength),

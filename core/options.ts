@@ -6,6 +6,7 @@
  */
 
 import type { SpawnRequest } from "./frame.ts";
+import { checkLimits, type Limits } from "./limits.ts";
 import { signalName } from "./signals.ts";
 
 /** Options shared by every API shape. */
@@ -22,6 +23,59 @@ export interface CommonOptions {
   maxBuffer?: number;
   /** Kills the command with SIGTERM when aborted. */
   signal?: AbortSignal;
+  /**
+   * Keep everything the command starts within reach, and end all of it, not just the command, whenever the pool ends
+   * the command: a kill, `timeout`, `maxBuffer`, the pool's close or the host's exit. Its descendants stay its own
+   * even when they leave its process group or when their parent exits (the native worker makes the command a child
+   * subreaper). Native workers only: on Deno, Bun and Node workers the command fails with a `SpawnError` of code
+   * `ENOTSUP`. Not with `detached`.
+   *
+   * @default {the pool's `killTree`, else false}
+   *
+   * @example A build whose every process goes with it
+   * ```ts ignore
+   * const child = pool.command("make", { args: ["-j8"], killTree: true, timeout: 60_000 }).spawn();
+   * ```
+   */
+  killTree?: boolean;
+  /**
+   * Resource limits (`setrlimit`, soft and hard) set in the command's process before its program starts, inherited
+   * by what it starts. Native workers only: on Deno, Bun and Node workers the command fails with a `SpawnError` of
+   * code `ENOTSUP`. When the worker can tell which limit ended the command, its status says so (`limit`).
+   *
+   * @default {the pool's `limits` (an object given here replaces them whole: limits are not merged one by one), else
+   * none}
+   *
+   * @example At most 10 s of CPU and 1 GiB of memory
+   * ```ts ignore
+   * await pool.command("convert", { args, limits: { cpuSeconds: 10, memoryBytes: 2 ** 30 } }).output();
+   * ```
+   */
+  limits?: Limits;
+}
+
+/** What a pool gives its commands unless they say otherwise: its `killTree` and `limits`, checked. */
+export interface RequestDefaults {
+  /** A command's `killTree` when it gives none (a detached command has none). */
+  readonly killTree?: boolean;
+  /** A command's `limits` when it gives none. */
+  readonly limits?: Limits;
+}
+
+/**
+ * Checks a pool's `killTree` and `limits`, the defaults of its commands.
+ *
+ * @returns The defaults, or undefined when the pool gives none.
+ * @throws {TypeError} If `killTree` is not a boolean, or `limits` is not an object of known limits.
+ * @throws {RangeError} If a limit is out of range.
+ */
+export function requestDefaults(options: { killTree?: unknown; limits?: unknown }): RequestDefaults | undefined {
+  if (options.killTree !== undefined && typeof options.killTree !== "boolean") {
+    throw new TypeError(`killTree must be a boolean, got ${typeof options.killTree}`);
+  }
+  const limits = checkLimits(options.limits);
+  if (options.killTree === undefined && limits === undefined) return undefined;
+  return { killTree: options.killTree, limits };
 }
 
 /**
@@ -92,6 +146,8 @@ const OPTION_KEYS = [
   "gid",
   "detached",
   "sockets",
+  "killTree",
+  "limits",
 ] as const;
 
 /**
@@ -111,10 +167,12 @@ function ownOptions(given: RequestInput): RequestInput {
 /**
  * Validates a call and builds its request.
  *
- * @throws {TypeError} For a value of the wrong type or a string with a NUL byte.
+ * @param given The call's options.
+ * @param defaults The pool's defaults for what the call leaves out (`killTree`, `limits`).
+ * @throws {TypeError} For a value of the wrong type, a string with a NUL byte, or `killTree` with `detached`.
  * @throws {RangeError} For a number out of range or an unknown signal.
  */
-export function buildRequest(given: RequestInput): SpawnRequest {
+export function buildRequest(given: RequestInput, defaults?: RequestDefaults): SpawnRequest {
   const input = ownOptions(given);
   const cmd = toPath(input.cmd, "Command");
   if (!Array.isArray(input.args)) throw new TypeError("Arguments must be an array of strings");
@@ -176,6 +234,20 @@ export function buildRequest(given: RequestInput): SpawnRequest {
   }
   if (input.detached) request.detached = true;
   if (input.sockets) request.sockets = true;
+  if (input.killTree !== undefined && typeof input.killTree !== "boolean") {
+    throw new TypeError(`killTree must be a boolean, got ${typeof input.killTree}`);
+  }
+  if (input.killTree === true && input.detached === true) {
+    throw new TypeError(
+      "killTree cannot be used with detached: a detached command outlives its worker, and killTree ends its whole " +
+        "tree with it",
+    );
+  }
+  // The pool's killTree is no default of a detached command's, which is to outlive the worker.
+  if (input.killTree ?? (input.detached !== true && defaults?.killTree)) request.killTree = true;
+  // An empty object sets none: it is how a command leaves out its pool's limits.
+  const limits = input.limits === undefined ? defaults?.limits : checkLimits(input.limits);
+  if (limits !== undefined && Object.keys(limits).length > 0) request.limits = limits;
   if (input.signal !== undefined && !(input.signal instanceof AbortSignal)) {
     throw new TypeError("signal must be an AbortSignal");
   }

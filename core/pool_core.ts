@@ -8,6 +8,8 @@ import type { Platform, RuntimeName, WorkerRuntime } from "./adapter.ts";
 import { SpawnPoolError } from "./errors.ts";
 import type { Scheduler, Submission } from "./execution.ts";
 import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
+import type { Limits } from "./limits.ts";
+import { type RequestDefaults, requestDefaults } from "./options.ts";
 import { WorkerHandle } from "./worker_handle.ts";
 
 /** Options of a pool of local workers (a remote pool takes `remote` instead: pool.ts). */
@@ -50,6 +52,48 @@ export interface PoolOptions {
    * @default {false; `configureDefaultPool({ startInHost: true })` turns it on for the default pool}
    */
   startInHost?: boolean;
+  /**
+   * Every command's `killTree` unless it gives its own (`CommonOptions.killTree`): end everything a command started
+   * whenever the pool ends it. Not applied to `detached` commands. Native workers only: on other workers a command
+   * that gets it fails with `ENOTSUP`.
+   *
+   * @default {false}
+   *
+   * @example No command's processes outlive it
+   * ```ts ignore
+   * await using pool = new Pool({ runtime: "native", killTree: true });
+   * ```
+   */
+  killTree?: boolean;
+  /**
+   * Every command's resource limits unless it gives its own `limits` (`CommonOptions.limits`). A command's `limits`
+   * replaces these whole, not limit by limit: `{ limits: { cpuSeconds: 5 } }` on a command of a pool with
+   * `{ memoryBytes, cpuSeconds: 60 }` has no memory limit, and `{ limits: {} }` has none at all. Native workers only:
+   * on other workers a command that gets limits fails with `ENOTSUP`.
+   *
+   * @default {none}
+   *
+   * @example At most a minute of CPU and 2 GiB of memory for each command
+   * ```ts ignore
+   * await using pool = new Pool({ runtime: "native", limits: { cpuSeconds: 60, memoryBytes: 2 * 2 ** 30 } });
+   * ```
+   */
+  limits?: Limits;
+  /**
+   * A cgroup v2 directory (an absolute path, such as `/sys/fs/cgroup/jobs`) this process may write to: the native
+   * workers run each command in a cgroup of its own under it (which they make, and remove as they exit), so that its
+   * controllers (`memory.max`, `pids.max`, `cpu.max`) bound all the pool's commands together. Native workers only
+   * (`runtime: "native"`, the pool's runtime when it is given without one; the pool then never falls back to the
+   * host's runtime), and not with `startInHost`: a command run in the host would escape it.
+   *
+   * @default {none: commands stay in the worker's cgroup}
+   *
+   * @example Commands in a cgroup of their own
+   * ```ts ignore
+   * await using pool = new Pool({ runtime: "native", cgroup: "/sys/fs/cgroup/spawnpool-jobs" });
+   * ```
+   */
+  cgroup?: string;
 }
 
 /** A snapshot of a pool's state. */
@@ -128,12 +172,17 @@ export class PoolCore implements Scheduler {
   #inHostOpen: boolean;
   /** The worker loop inside the host, once started. */
   #inHost: WorkerHandle | undefined;
+  /** The cgroup the workers put their commands in (native workers only). */
+  readonly #cgroup: string | undefined;
+  /** @internal What the pool gives its commands unless they say otherwise: its `killTree` and `limits`. */
+  readonly defaults: RequestDefaults | undefined;
 
   /**
    * Creates a pool; no worker starts until the first request or {@linkcode PoolCore.ready}.
    *
-   * @throws {RangeError} If `size` or `maxQueue` is not a positive integer.
-   * @throws {TypeError} If `runtime` is not "deno", "bun", "node" or "native".
+   * @throws {RangeError} If `size` or `maxQueue` is not a positive integer, or a limit is out of range.
+   * @throws {TypeError} If `runtime` is not "deno", "bun", "node" or "native", if `killTree` or `limits` is
+   *   malformed, or if `cgroup` is not an absolute path or is given for workers other than native ones.
    */
   constructor(platform: Platform, options: PoolOptions = {}) {
     if (typeof options !== "object" || options === null) throw new TypeError("Pool options must be an object");
@@ -142,10 +191,22 @@ export class PoolCore implements Scheduler {
       throw new RangeError(`Pool size must be a positive integer, got ${String(options.size)}`);
     }
     const maxQueue = checkMaxQueue(options.maxQueue);
-    const runtime = options.runtime ?? platform.runtime;
+    const cgroup = checkCgroup(options.cgroup);
+    // A cgroup is the native worker's to use: given without a runtime (or an execPath, the host runtime's), the pool
+    // runs native workers, and does not fall back to others, whose commands would run outside it.
+    const runtime = options.runtime ??
+      (cgroup !== undefined && options.execPath === undefined ? "native" : platform.runtime);
     if (runtime !== "deno" && runtime !== "bun" && runtime !== "node" && runtime !== "native") {
       throw new TypeError(`Worker runtime must be "deno", "bun", "node" or "native", got "${String(runtime)}"`);
     }
+    if (cgroup !== undefined && runtime !== "native") {
+      throw new TypeError(`cgroup needs native workers (runtime: "native"), got runtime "${runtime}"`);
+    }
+    if (cgroup !== undefined && options.startInHost === true) {
+      throw new TypeError("cgroup cannot be used with startInHost: a command run in the host would run outside it");
+    }
+    this.defaults = requestDefaults(options);
+    this.#cgroup = cgroup;
     if (options.execPath !== undefined && typeof options.execPath !== "string") {
       throw new TypeError("execPath must be a string");
     }
@@ -156,7 +217,9 @@ export class PoolCore implements Scheduler {
     this.#platform = platform;
     this.#size = size;
     this.#runtime = runtime;
-    this.#native = options.runtime === undefined && options.execPath === undefined ? "undecided" : "no";
+    this.#native = options.runtime === undefined && options.execPath === undefined && cgroup === undefined
+      ? "undecided"
+      : "no";
     // A pool that starts in the host looks for the native worker when it starts its first worker (a script that runs
     // one command never does).
     if (!this.#inHostOpen) this.#decideRuntime();
@@ -452,7 +515,7 @@ export class PoolCore implements Scheduler {
       }
       if (!this.#wanted) return undefined;
       const first = this.#workers.length === 0 && this.#starting === 1; // this start is counted in #starting
-      const launch = { ...this.#platform.launch(runtime, this.#execPath), first };
+      const launch = { ...this.#platform.launch(runtime, this.#execPath, this.#cgroup), first };
       const process = await this.#platform.host.startWorker(launch);
       // The hello's deadline on the host runtime's cheapest timer (setTimeout where it has none).
       const { host } = this.#platform;
@@ -463,7 +526,9 @@ export class PoolCore implements Scheduler {
         this.#retire(handle); // the pool closed while this worker started
         return undefined;
       }
-      this.#workers.push(handle);
+      // One whose channel closed as it started (a hello with an error, read at once) is not a worker of the pool's:
+      // its `ready` has rejected, which #startOne reports.
+      if (!handle.closed) this.#workers.push(handle);
       this.#started++;
       this.#unhookExit ??= this.#platform.onExit?.(() => this.#onHostExit());
       return handle;
@@ -498,6 +563,20 @@ export class PoolCore implements Scheduler {
     // its next request. One that died starting is a failed start: #startOne reports it, and does not retry.
     if (!this.#closed && wasReady && (this.#queue.length > 0 || this.#readyWaiters.length > 0)) this.#fill();
   }
+}
+
+/**
+ * A pool's `cgroup`, checked: an absolute path, as a string without NUL bytes.
+ *
+ * @throws {TypeError} If it is not.
+ */
+function checkCgroup(cgroup: unknown): string | undefined {
+  if (cgroup === undefined) return undefined;
+  if (typeof cgroup !== "string") throw new TypeError(`cgroup must be a string, got ${typeof cgroup}`);
+  if (!cgroup.startsWith("/") || cgroup.includes("\0")) {
+    throw new TypeError(`cgroup must be the absolute path of a cgroup v2 directory, got "${cgroup}"`);
+  }
+  return cgroup;
 }
 
 /**

@@ -126,6 +126,11 @@ export class WorkerHandle implements RequestChannel {
       this.#shutdown(new SpawnPoolError("ERR_WORKER_START", "Worker did not say hello in time"));
     });
 
+    // Set before the channel starts: a channel may deliver the hello (and the worker's end) at once, from start().
+    this.#rejectHello = (error) => {
+      cancelHelloTimer?.();
+      if (!helloDone) helloReject(error);
+    };
     const decoder = new FrameDecoder((type, id, payload, lent) => {
       if (!helloDone) {
         if (type !== Frame.Hello) throw new ProtocolError("Worker spoke before saying hello");
@@ -134,6 +139,12 @@ export class WorkerHandle implements RequestChannel {
           throw new ProtocolError(
             `Worker speaks protocol version ${hello.version}, host speaks ${PROTOCOL_VERSION}`,
           );
+        }
+        if (hello.error !== undefined) {
+          // A worker that cannot serve (a pool `cgroup` it cannot use) says why, and exits.
+          const why = typeof hello.error === "string" ? hello.error.slice(0, 2000) : "no reason given";
+          this.#shutdown(new SpawnPoolError("ERR_WORKER_START", `Worker ${process.pid} cannot start: ${why}`));
+          return;
         }
         helloDone = true;
         cancelHelloTimer?.();
@@ -167,10 +178,6 @@ export class WorkerHandle implements RequestChannel {
         );
       },
     });
-    this.#rejectHello = (error) => {
-      cancelHelloTimer?.();
-      if (!helloDone) helloReject(error);
-    };
     // A worker whose process died must not wait for its channel to close: a grandchild could hold it.
     void process.exited.then(() => {
       this.#shutdown(
@@ -267,7 +274,7 @@ export class WorkerHandle implements RequestChannel {
       this.completed++;
       return;
     }
-    if (start !== undefined) this.#children.set(id, { pid: sink.pid!, start });
+    if (start !== undefined) this.#children.set(id, { pid: sink.pid!, start, tree: sink.request.killTree === true });
   }
 
   /**

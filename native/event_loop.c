@@ -81,6 +81,7 @@ void stop(int code) {
   for (struct job *job = live; job != NULL; job = job->next) {
     if (!job->done && !job->detached) kill_group_for_good(job);
   }
+  cgroup_cleanup();
   flush_out_at_exit();
   exit(code);
 }

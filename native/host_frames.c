@@ -39,7 +39,25 @@ static bool is_bool(const struct json_node *n) {
   return n != NULL && (n->type == JSON_TRUE || n->type == JSON_FALSE);
 }
 
-/* Validates a spawn request exactly as parseRequest in worker/serve.ts does. */
+/* Which limit a name is (LIMIT_NAMES), or -1. */
+static int limit_index(const char *name, size_t len) {
+  for (int i = 0; i < LIMIT_COUNT; i++) {
+    if (strlen(LIMIT_NAMES[i]) == len && memcmp(LIMIT_NAMES[i], name, len) == 0) return i;
+  }
+  return -1;
+}
+
+/* A request's limits: an object of known names, each a non-negative integer below 2^53 (a JSON number's). */
+static bool valid_limits(const struct json_doc *doc, const struct json_node *limits) {
+  if (limits->type != JSON_OBJECT) return false;
+  for (const struct json_node *l = json_first(doc, limits); l; l = json_next(doc, l)) {
+    if (limit_index(json_key(doc, l), l->key_len) < 0 || l->key_has_nul) return false;
+    if (!is_integer(l) || l->number < 0 || l->number > 9007199254740991.0) return false;
+  }
+  return true;
+}
+
+/* Validates a spawn request exactly as parseRequest in worker/job.ts does. */
 static bool valid_request(const struct json_doc *doc) {
   const struct json_node *root = &doc->nodes[0];
   const struct json_node *n;
@@ -69,6 +87,8 @@ static bool valid_request(const struct json_doc *doc) {
   if ((n = GET("detached")) != NULL && !is_bool(n)) return false;
   if ((n = GET("sockets")) != NULL && !is_bool(n)) return false;
   if (!is_bool(GET("group"))) return false;
+  if ((n = GET("killTree")) != NULL && !is_bool(n)) return false;
+  if ((n = GET("limits")) != NULL && !valid_limits(doc, n)) return false;
 #undef GET
   return true;
 }
@@ -110,11 +130,20 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t len) {
   struct job *job = xrealloc(NULL, sizeof *job);
   memset(job, 0, sizeof *job);
   job->id = id;
+  job->leaf = -1;
   const struct json_node *root = &doc.nodes[0];
   const struct json_node *n;
   job->buffered = json_get(&doc, root, "buffered")->type == JSON_TRUE;
   job->detached = (n = json_get(&doc, root, "detached")) != NULL && n->type == JSON_TRUE;
   job->sockets = (n = json_get(&doc, root, "sockets")) != NULL && n->type == JSON_TRUE;
+  job->kill_tree = (n = json_get(&doc, root, "killTree")) != NULL && n->type == JSON_TRUE;
+  if ((n = json_get(&doc, root, "limits")) != NULL) {
+    for (const struct json_node *l = json_first(&doc, n); l; l = json_next(&doc, l)) {
+      int i = limit_index(json_key(&doc, l), l->key_len);
+      job->limit_set[i] = true;
+      job->limit_value[i] = (unsigned long long)l->number;
+    }
+  }
   job->window = json_get(&doc, root, "window")->number;
   job->force_kill_ms = json_get(&doc, root, "forceKillAfterDelay")->number;
   n = json_get(&doc, root, "killSignal");
@@ -131,9 +160,11 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t len) {
   job->w_out[0] = (struct watch){-1, W_OUTPUT, 0, 0, job};
   for (int fd = 1; fd <= 2; fd++) job->w_out[fd] = (struct watch){-1, W_OUTPUT, (uint8_t)fd, 0, job};
   job->w_exit = (struct watch){-1, W_EXIT, 0, 0, job};
+  tree_before_spawn(job);
   start_job(job, &doc);
   json_free(&doc);
   if (job->pid < 0) {
+    tree_spawn_failed(job);
     free(job);
     return;
   }
@@ -192,9 +223,10 @@ static void on_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t l
     queue_stdin(job, NULL, 0);
     return;
   case F_KILL: {
-    bool group = len > 0 && payload[0] == '-';
-    const char *name = (const char *)payload + (group ? 1 : 0);
-    kill_child(job, signal_number(name, len - (group ? 1 : 0)), group);
+    /* "SIGTERM": the command; "-SIGTERM": its process group; "*SIGTERM": its whole tree. */
+    enum kill_scope scope = len == 0 ? KILL_PID : payload[0] == '-' ? KILL_GROUP : payload[0] == '*' ? KILL_TREE : KILL_PID;
+    size_t skip = scope == KILL_PID ? 0 : 1;
+    kill_child(job, signal_number((const char *)payload + skip, len - skip), scope);
     return;
   }
   case F_RELEASE: {

@@ -74,9 +74,15 @@ void free_graves(void) {
   }
 }
 
-void kill_child(struct job *job, int sig, bool group) {
-  if (job->exited || sig == 0) return;
-  kill(group ? -job->pid : job->pid, sig); /* ESRCH: it is exiting */
+/* Signals the command, its process group, or (`tree`, and every kill of a killTree command) its whole tree. */
+void kill_child(struct job *job, int sig, enum kill_scope scope) {
+  if (sig == 0) return;
+  if (job->kill_tree || scope == KILL_TREE) {
+    tree_signal(job, sig);
+    return;
+  }
+  if (job->exited) return;
+  kill(scope == KILL_GROUP ? -job->pid : job->pid, sig); /* ESRCH: it is exiting */
 }
 
 /*
@@ -85,7 +91,8 @@ void kill_child(struct job *job, int sig, bool group) {
  * nothing else does.
  */
 void kill_group_for_good(struct job *job) {
-  if (!job->reaped) kill(-job->pid, SIGKILL);
+  if (job->kill_tree) tree_signal(job, SIGKILL);
+  else if (!job->reaped) kill(-job->pid, SIGKILL);
 }
 
 /* Collects the zombie of a command whose exit was seen (check_exit): its pid may be reused from now on. */
@@ -115,11 +122,21 @@ static int usage_json(const struct job *job, char *out, size_t size) {
 #else
   unsigned long long rss = (unsigned long long)u->ru_maxrss * 1024ULL; /* KiB */
 #endif
+  unsigned long long user = micros(u->ru_utime), system = micros(u->ru_stime);
+  if (job->leaf >= 0) {
+    /* In a leaf: the whole tree's CPU time (processes left running and children never waited for included), and
+     * its memory's peak where the leaf has the memory controller. */
+    struct cgroup_usage tree;
+    cgroup_leaf_usage(job->leaf, &tree);
+    if (tree.user_us > user) user = tree.user_us;
+    if (tree.system_us > system) system = tree.system_us;
+    if (tree.has_memory_peak && tree.memory_peak > rss) rss = tree.memory_peak;
+  }
   return snprintf(out, size,
                   ",\"usage\":{\"user\":%llu,\"system\":%llu,\"maxRSS\":%llu,\"vcsw\":%ld,\"ivcsw\":%ld,"
                   "\"inblock\":%ld,\"oublock\":%ld,\"msgsnd\":%ld,\"msgrcv\":%ld,\"nsignals\":%ld,\"nswap\":%ld,"
                   "\"shm\":%ld}",
-                  micros(u->ru_utime), micros(u->ru_stime), rss, u->ru_nvcsw, u->ru_nivcsw, u->ru_inblock,
+                  user, system, rss, u->ru_nvcsw, u->ru_nivcsw, u->ru_inblock,
                   u->ru_oublock, u->ru_msgsnd, u->ru_msgrcv, u->ru_nsignals, u->ru_nswap, u->ru_ixrss);
 }
 
@@ -137,8 +154,10 @@ static void send_exit(struct job *job, uint8_t type, bool with_output) {
   if (job->reason) snprintf(reason, sizeof reason, "\"%s\"", job->reason);
   else snprintf(reason, sizeof reason, "null");
   usage_json(job, usage, sizeof usage);
-  int json_len =
-      snprintf(json, sizeof json, "{\"code\":%s,\"signal\":%s,\"reason\":%s%s}", code, signal_text, reason, usage);
+  char limit[32] = "";
+  if (job->limit_hit) snprintf(limit, sizeof limit, ",\"limit\":\"%s\"", job->limit_hit);
+  int json_len = snprintf(json, sizeof json, "{\"code\":%s,\"signal\":%s,\"reason\":%s%s%s}", code, signal_text,
+                          reason, usage, limit);
   size_t stdout_len = with_output ? job->collected[1].len : 0;
   size_t stderr_len = with_output ? job->collected[2].len : 0;
   size_t length = 8 + (size_t)json_len + stdout_len + stderr_len;
@@ -159,14 +178,42 @@ void finish(struct job *job) {
   reap(job);
   unhash(job);
   send_exit(job, F_EXIT, true);
+  if (job->leaf >= 0) {
+    /* Whatever the command left in its leaf ends with its request. */
+    cgroup_leaf_give_back(job->leaf);
+    job->leaf = -1;
+  }
   if (job->stdin_head == NULL) bury(job);
 }
 
 void stop_for(struct job *job, const char *reason, int sig) {
   if (job->exited || job->reason != NULL) return;
   job->reason = reason;
-  kill_child(job, sig, true);
+  kill_child(job, sig, KILL_GROUP);
   job->force_at = deadline_after(job->force_kill_ms);
+}
+
+/*
+ * Which of its limits ended the command, where the kernel says so: SIGXCPU past cpuSeconds' soft limit, or SIGKILL
+ * at its hard one (a second later) with that much CPU used; SIGXFSZ past fileSizeBytes. A command that hits
+ * memoryBytes, processes or openFiles sees a failed call (ENOMEM, EAGAIN, EMFILE) and ends as it chooses: nothing
+ * names the limit then.
+ */
+static const char *limit_hit(const struct job *job) {
+  if (job->reason != NULL) return NULL; /* the worker ended it */
+  if (job->limit_set[LIMIT_CPU]) {
+    if (job->sig == SIGXCPU) return "cpu";
+    unsigned long long used = job->has_usage ? micros(job->usage.ru_utime) + micros(job->usage.ru_stime) : 0;
+    if (job->sig == SIGKILL && used >= job->limit_value[LIMIT_CPU] * 1000000ULL) return "cpu";
+  }
+  if (job->limit_set[LIMIT_FILE_SIZE] && job->sig == SIGXFSZ) return "fileSize";
+  if (job->leaf >= 0) {
+    struct cgroup_usage tree;
+    cgroup_leaf_usage(job->leaf, &tree);
+    if (tree.oom_kills > 0) return "memory";
+    if (tree.pids_max_events > 0) return "processes";
+  }
+  return NULL;
 }
 
 /*
@@ -201,6 +248,8 @@ void check_exit(struct job *job) {
     job->sig = info.si_status;
     job->code = 128 + job->sig;
   }
+  job->limit_hit = limit_hit(job);
+  tree_after_exit(job);
   job->timeout_at = 0;
   /* A forced SIGKILL still due reaches the group while a stream is open: a grandchild may hold it. */
   if (!job->open[1] && !job->open[2]) job->force_at = 0;

@@ -12,7 +12,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,42 @@ static void cloexec_from_3(void) {
   closedir(dir);
 }
 
+/* Writes `text` JSON-escaped into `out` (room for `size` bytes, a NUL included); returns the length written. */
+static int json_escape(const char *text, char *out, size_t size) {
+  size_t n = 0;
+  for (const unsigned char *c = (const unsigned char *)text; *c != '\0' && n + 7 < size; c++) {
+    if (*c == '"' || *c == '\\') {
+      out[n++] = '\\';
+      out[n++] = (char)*c;
+    } else if (*c < 0x20) {
+      n += (size_t)snprintf(out + n, size - n, "\\u%04x", *c);
+    } else {
+      out[n++] = (char)*c;
+    }
+  }
+  out[n] = '\0';
+  return (int)n;
+}
+
+/*
+ * After a hello that says why this worker cannot serve: waits (at most 5 s) for the host to close the channel, so that
+ * the host reads the reason before it sees this worker exit.
+ */
+static void wait_for_host_to_close(void) {
+  int64_t until = now_us() + 5 * 1000 * 1000;
+  for (;;) {
+    int64_t left_ms = (until - now_us()) / 1000;
+    if (left_ms <= 0) return;
+    struct pollfd p = {channel.fd, POLLIN, 0};
+    int r = poll(&p, 1, (int)left_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return;
+    char discard[4096];
+    ssize_t n = read(channel.fd, discard, sizeof discard);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return;
+  }
+}
+
 int main(void) {
   /*
    * What this worker inherited must not break it: an ignored SIGCHLD would have the kernel reap its commands (their
@@ -77,7 +115,16 @@ int main(void) {
     return 2;
   }
   bool fd3 = strcmp(kind, "fd3") == 0;
+  /* A pool's `cgroup`: each command in a leaf of its own under it (cgroup.c); why it cannot be, told in the hello. */
+  const char *cgroup = getenv("SPAWNPOOL_CGROUP");
+  char cgroup_error[512] = "";
+  if (cgroup != NULL && *cgroup != '\0' && !cgroup_init(cgroup, cgroup_error, sizeof cgroup_error)) {
+    if (cgroup_error[0] == '\0') snprintf(cgroup_error, sizeof cgroup_error, "%s cannot be used", cgroup);
+  } else {
+    cgroup_error[0] = '\0'; /* a note on controllers the leaves lack is not an error */
+  }
   /* Nothing of the worker's own plumbing reaches the commands it spawns. */
+  unsetenv("SPAWNPOOL_CGROUP");
   unsetenv("SPAWNPOOL_CHANNEL");
   unsetenv("NODE_CHANNEL_FD");
   if (fd3) {
@@ -94,9 +141,20 @@ int main(void) {
   watch_set(&signal_watch, WANT_IN);
   watch_set(&channel, WANT_IN);
 
-  char hello[96];
-  int n = snprintf(hello, sizeof hello, "{\"version\":%d,\"runtime\":\"native\",\"pid\":%ld}", PROTOCOL_VERSION,
+  char hello[96 + 6 * sizeof cgroup_error];
+  int n = snprintf(hello, sizeof hello, "{\"version\":%d,\"runtime\":\"native\",\"pid\":%ld", PROTOCOL_VERSION,
                    (long)getpid());
+  if (cgroup_error[0] != '\0') {
+    /* The host fails the worker's start with this message. */
+    n += snprintf(hello + n, sizeof hello - (size_t)n, ",\"error\":\"cgroup: ");
+    n += json_escape(cgroup_error, hello + n, sizeof hello - (size_t)n - 3);
+    n += snprintf(hello + n, sizeof hello - (size_t)n, "\"}");
+    send_frame(F_HELLO, 0, hello, (size_t)n);
+    flush_out_at_exit();
+    wait_for_host_to_close();
+    return 1;
+  }
+  n += snprintf(hello + n, sizeof hello - (size_t)n, "}");
   send_frame(F_HELLO, 0, hello, (size_t)n);
   loop();
 }

@@ -34,6 +34,7 @@ void read_signals(void) {
     }
   }
   if (!child) return;
+  reap_adopted();
   /* The commands without a pidfd watched: all of them in a poll build, or those pidfd_open failed for. */
   for (struct job *job = live, *next; job != NULL; job = next) {
     next = job->next;

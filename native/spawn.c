@@ -10,8 +10,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #ifdef __linux__
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #endif
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +49,11 @@ static int make_pipe(int fds[2], bool sockets) {
 
 extern char **environ;
 
+/* The request's names of the limits (core/limits.ts), in the order of the LIMIT_ constants. */
+const char *const LIMIT_NAMES[LIMIT_COUNT] = {"cpuSeconds", "memoryBytes", "processes", "openFiles", "fileSizeBytes", "coreBytes"};
+/* Their setrlimit resources. */
+static const int LIMIT_RESOURCES[LIMIT_COUNT] = {RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, RLIMIT_CORE};
+
 static bool mode_is(const struct json_doc *doc, const char *name, const char *mode) {
   return strcmp(json_str(doc, json_get(doc, &doc->nodes[0], name)), mode) == 0;
 }
@@ -61,7 +68,26 @@ struct child_plan {
   bool set_uid, set_gid;
   uid_t uid;
   gid_t gid;
+  bool subreaper;              /* the command adopts its descendants' orphans (tree.c) */
+  int leaf;                    /* the cgroup leaf it starts in (cgroup.c), or -1 */
+  int limit_count;
+  int limit_resource[LIMIT_COUNT];
+  struct rlimit limit[LIMIT_COUNT];
 };
+
+/* The rlimits a job asks for: soft and hard alike, but for CPU time, whose hard limit (SIGKILL) comes a second after
+ * the soft one (SIGXCPU), as a program that handles SIGXCPU gets to stop in time. */
+static void plan_limits(struct child_plan *plan, const struct job *job) {
+  for (int i = 0; i < LIMIT_COUNT; i++) {
+    if (!job->limit_set[i]) continue;
+    rlim_t value = (rlim_t)job->limit_value[i];
+    if (job->limit_value[i] >= (unsigned long long)RLIM_INFINITY) value = RLIM_INFINITY - 1;
+    int k = plan->limit_count++;
+    plan->limit_resource[k] = LIMIT_RESOURCES[i];
+    plan->limit[k].rlim_cur = value;
+    plan->limit[k].rlim_max = i == LIMIT_CPU && value < RLIM_INFINITY - 1 ? value + 1 : value;
+  }
+}
 
 #if defined(__linux__) && !defined(__sparc__) && !defined(__alpha__)
 /*
@@ -140,6 +166,12 @@ __attribute__((noinline)) _Noreturn static void exec_child(const struct child_pl
   if (plan->set_gid || plan->set_uid) (void)setgroups(0, NULL);
   if (plan->set_gid && setgid(plan->gid) < 0) goto fail;
   if (plan->set_uid && setuid(plan->uid) < 0) goto fail;
+  for (int i = 0; i < plan->limit_count; i++) {
+    if (setrlimit(plan->limit_resource[i], &plan->limit[i]) < 0) goto fail;
+  }
+#ifdef __linux__
+  if (plan->subreaper && prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) < 0) goto fail;
+#endif
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -160,13 +192,21 @@ fail:;
  */
 static pid_t vfork_exec(const struct child_plan *plan, int *err) {
   int report_pipe[2] = {-1, -1};
+  /* A child started in a cgroup leaf is forked (cgroup_fork_into): it can only report through the pipe. */
+  bool forked = plan->leaf >= 0;
   /* Without a pipe (EMFILE), a first child still shows whether memory is shared. */
-  if (vfork_memory != VFORK_SHARES && pipe2(report_pipe, O_CLOEXEC) != 0) report_pipe[0] = report_pipe[1] = -1;
+  if ((forked || vfork_memory != VFORK_SHARES) && pipe2(report_pipe, O_CLOEXEC) != 0) {
+    if (forked) {
+      *err = errno;
+      return -1;
+    }
+    report_pipe[0] = report_pipe[1] = -1;
+  }
   volatile struct vfork_report report = {.ran = 0, .failed = 0, .pipe_fd = report_pipe[1]};
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old); /* no handler of the worker's may run in the child */
-  pid_t pid = vfork();
+  pid_t pid = forked ? cgroup_fork_into(plan->leaf) : vfork();
   if (pid == 0) exec_child(plan, &report);
   int saved = errno;
   sigprocmask(SIG_SETMASK, &old, NULL);
@@ -184,7 +224,7 @@ static pid_t vfork_exec(const struct child_plan *plan, int *err) {
     *err = saved;
     return -1;
   }
-  if (vfork_memory == VFORK_UNKNOWN) vfork_memory = report.ran ? VFORK_SHARES : VFORK_COPIES;
+  if (vfork_memory == VFORK_UNKNOWN && !forked) vfork_memory = report.ran ? VFORK_SHARES : VFORK_COPIES;
   if (failed) {
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
@@ -238,7 +278,8 @@ static pid_t posix_spawn_plan(const struct child_plan *plan, int *err) {
 
 /* posix_spawn where it can express the plan, vfork_exec where it cannot. */
 static pid_t start_child(const struct child_plan *plan, int *err) {
-  bool needs_vfork = plan->set_uid || plan->set_gid || (!HAVE_ADDCHDIR && plan->cwd != NULL);
+  bool needs_vfork = plan->set_uid || plan->set_gid || plan->limit_count > 0 || plan->leaf >= 0 ||
+                     (!HAVE_ADDCHDIR && plan->cwd != NULL);
 #ifndef POSIX_SPAWN_SETSID
   needs_vfork = needs_vfork || plan->detached;
 #endif
@@ -395,6 +436,20 @@ void start_job(struct job *job, const struct json_doc *doc) {
   plan.set_gid = gid != NULL;
   plan.uid = uid ? (uid_t)uid->number : 0;
   plan.gid = gid ? (gid_t)gid->number : 0;
+  plan.subreaper = job->kill_tree && !cgroup_enabled(); /* in a leaf, the leaf holds its whole tree */
+  plan_limits(&plan, job);
+  plan.leaf = -1;
+  if (cgroup_enabled() && !job->detached) {
+    /* memoryBytes and processes also bound the whole tree where the leaves have those controllers. */
+    unsigned long long memory = job->limit_set[LIMIT_MEMORY] && cgroup_has("memory") ? job->limit_value[LIMIT_MEMORY] : 0;
+    unsigned long long pids =
+        job->limit_set[LIMIT_PROCESSES] && cgroup_has("pids") ? job->limit_value[LIMIT_PROCESSES] : 0;
+    job->leaf = plan.leaf = cgroup_leaf_take(memory, pids);
+    if (job->leaf < 0) {
+      err = errno;
+      goto failed;
+    }
+  }
   job->pid = start_child(&plan, &err);
   if (job->pid < 0 && err == ENOEXEC) {
     /* A script without "#!": the shell runs it, as execvp (and so Node) does. */
@@ -420,6 +475,10 @@ void start_job(struct job *job, const struct json_doc *doc) {
   goto done;
 
 failed:
+  if (job->leaf >= 0) {
+    cgroup_leaf_give_back(job->leaf);
+    job->leaf = -1;
+  }
   for (int fd = 0; fd < 3; fd++) {
     if (pipes[fd][0] >= 0) close(pipes[fd][0]);
     if (pipes[fd][1] >= 0) close(pipes[fd][1]);

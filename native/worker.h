@@ -12,6 +12,8 @@
  *   streams.c      output pumping, credit, grace, the stdin queue
  *   spawn.c        posix_spawn, vfork, SpawnError
  *   spawn_env.c    a command's environment and its program's path
+ *   cgroup.c       cgroup v2 leaves: each command started, killed and measured in its own
+ *   tree.c         a command's whole tree: finding it, stopping it, signalling it; the worker as subreaper
  *   wire_names.c   signal and errno names
  *   buffer.c       xrealloc and the growable byte buffer
  *   json.c         the JSON parser
@@ -41,7 +43,7 @@
 #endif
 
 /* The protocol (core/frame.ts). */
-#define PROTOCOL_VERSION 4
+#define PROTOCOL_VERSION 5
 #define HEADER_BYTES 9
 #define MAX_PAYLOAD_BYTES (64u * 1024u * 1024u)
 #define SECRET_BYTES 32
@@ -117,6 +119,10 @@ struct stdin_op {
   size_t off;
 };
 
+/* The limits a request may set (core/limits.ts), as setrlimit's resources; LIMIT_NAMES in spawn.c names them. */
+enum { LIMIT_CPU, LIMIT_MEMORY, LIMIT_PROCESSES, LIMIT_OPEN_FILES, LIMIT_FILE_SIZE, LIMIT_CORE, LIMIT_COUNT };
+extern const char *const LIMIT_NAMES[LIMIT_COUNT];
+
 struct job {
   uint32_t id;
   struct job *hash_next;
@@ -124,6 +130,11 @@ struct job {
   struct job *grave_next;
   pid_t pid;
   bool buffered, detached, sockets, piped[3]; /* sockets: piped stdio as socketpairs (Node and Bun give those) */
+  bool kill_tree; /* the command is a subreaper of its own tree, and every kill reaches all of it (tree.c) */
+  bool limit_set[LIMIT_COUNT];
+  unsigned long long limit_value[LIMIT_COUNT];
+  const char *limit_hit; /* which limit ended the command, when the kernel says so: "cpu", "fileSize", ... */
+  int leaf;              /* its cgroup leaf (cgroup.c), or -1 */
   bool done;   /* Exit sent: the id is free, only stdin may still drain */
   bool exited; /* the child exited: it stays a zombie, unreaped, until the job is done */
   bool reaped; /* its pid (and process group id) may be reused now: nothing more is signalled */
@@ -216,7 +227,8 @@ struct job *find_job(uint32_t id);
 void track_job(struct job *job);
 void bury(struct job *job);
 void free_graves(void);
-void kill_child(struct job *job, int sig, bool group);
+enum kill_scope { KILL_PID, KILL_GROUP, KILL_TREE };
+void kill_child(struct job *job, int sig, enum kill_scope scope);
 void kill_group_for_good(struct job *job);
 void finish(struct job *job);
 void stop_for(struct job *job, const char *reason, int sig);
@@ -240,8 +252,60 @@ void env_init(struct env_builder *env, size_t room);
 void env_put(struct env_builder *env, char *entry, size_t name_len, bool replace);
 char *resolve_program(const char *cmd, char *const *envp, const char *cwd, int *err);
 
+/* tree.c */
+void tree_signal(struct job *job, int sig);
+void tree_before_spawn(const struct job *job);
+void tree_spawn_failed(const struct job *job);
+void tree_after_exit(const struct job *job);
+void reap_adopted(void);
+
 /* spawn.c */
 void send_spawn_error(uint32_t id, const char *cmd, int err, const char *code, const char *message);
 void start_job(struct job *job, const struct json_doc *doc);
+
+/* cgroup.c (Linux, cgroup v2; elsewhere stubs: cgroup_init fails with "cgroups are Linux-only") */
+/* A command's usage, from its leaf's counters since the command took the leaf. */
+struct cgroup_usage {
+  unsigned long long usage_us, user_us, system_us; /* cpu.stat */
+  unsigned long long memory_peak;                  /* memory.peak, bytes: only if has_memory_peak */
+  bool has_memory_peak;
+  unsigned long long oom_kills;       /* memory.events oom_kill (0 without the memory controller) */
+  unsigned long long pids_max_events; /* pids.events max: forks pids.max refused (0 without the pids controller) */
+};
+/*
+ * Makes `path` (absolute, a cgroup v2 directory in which this worker can make a cgroup and start a process) the root
+ * of this worker's leaves, enabling memory, pids and cpu for them where `path` has them. False with a one-line reason
+ * in `why`; on success `why` is empty, or says which of those controllers the leaves lack and why.
+ */
+bool cgroup_init(const char *path, char *why, size_t why_len);
+bool cgroup_enabled(void);
+/* Whether the leaves have the controller "memory", "pids" or "cpu". */
+bool cgroup_has(const char *controller);
+/*
+ * A leaf for a new command, empty, its usage counted from now: a free one, or a new "<root>/spawnpool-<pid>-<n>". With
+ * memory.max / pids.max of `memory_max` bytes / `pids_max` processes (0: none). Its index; -1 with errno (ENOTSUP: a
+ * limit whose controller the leaves lack).
+ */
+int cgroup_leaf_take(unsigned long long memory_max, unsigned long long pids_max);
+/* The leaf's directory, O_PATH: clone3's `cgroup`. Open while the leaf exists; the worker's to close, not the caller's. */
+int cgroup_leaf_fd(int leaf);
+/*
+ * fork(), but the child starts in the leaf (clone3 with CLONE_INTO_CGROUP; before Linux 5.7, fork and a migration
+ * before it returns). 0 in the child, which must only make system calls until it execs or _exits; the pid in the
+ * parent; -1 with errno. Call it with the worker's signals blocked, as vfork.
+ */
+pid_t cgroup_fork_into(int leaf);
+/* SIGKILLs everything in the leaf (cgroup.kill; before Linux 5.14, freeze, kill each, thaw). */
+void cgroup_leaf_kill(int leaf);
+/* Sends `sig` to everything in the leaf: frozen (at most 100 ms' wait), each process signalled, thawed. */
+void cgroup_leaf_signal(int leaf, int sig);
+/* Whether any process is left in the leaf (cgroup.events populated). */
+bool cgroup_leaf_populated(int leaf);
+/* The usage of the leaf's command so far: see struct cgroup_usage. */
+void cgroup_leaf_usage(int leaf, struct cgroup_usage *usage);
+/* Frees the leaf for another command once its job is done, killing what is left in it. */
+void cgroup_leaf_give_back(int leaf);
+/* At the worker's exit: kills what is in every leaf and removes them (waiting up to 1 s for their processes to go). */
+void cgroup_cleanup(void);
 
 #endif

@@ -24,6 +24,7 @@ import {
   type SpawnRequest,
   type StreamFd,
 } from "../core/frame.ts";
+import { checkLimits } from "../core/limits.ts";
 import { PoolCore, type PoolOptions } from "../core/pool_core.ts";
 import { killGroups, startTimeOf } from "../adapters/_signals.ts";
 import { signalNumber } from "../core/signals.ts";
@@ -107,8 +108,8 @@ const MAX_STDIN_AHEAD_FRAMES = 256;
 /** How long the Accepted frame may wait to leave with the command's next frame. */
 const ACCEPT_DELAY_MS = 20;
 
-/** Signal names a caller may send: "SIGTERM", or "-SIGTERM" for the process group. */
-const SIGNAL_TEXT = /^-?SIG[A-Z0-9+]{1,12}$/;
+/** Signal names a caller may send: "SIGTERM", "-SIGTERM" for the process group, or "*SIGTERM" for the tree. */
+const SIGNAL_TEXT = /^[-*]?SIG[A-Z0-9+]{1,12}$/;
 
 /** An agent: serves a remote pool's subject from a local pool. */
 export class Agent {
@@ -320,6 +321,7 @@ export class Agent {
  * callers' too. `raw` has passed {@linkcode parseRequest}; the fields it does not check are checked here.
  *
  * @throws {TypeError} For a field of the wrong type.
+ * @throws {RangeError} For a limit out of range.
  */
 function checkRequest(raw: SpawnRequest, maxBuffer: number): SpawnRequest {
   if (signalNumber(raw.killSignal) === undefined) throw new TypeError(`Unknown killSignal "${raw.killSignal}"`);
@@ -358,6 +360,10 @@ function checkRequest(raw: SpawnRequest, maxBuffer: number): SpawnRequest {
   if (raw.uid !== undefined) request.uid = raw.uid;
   if (raw.gid !== undefined) request.gid = raw.gid;
   if (raw.sockets !== undefined) request.sockets = raw.sockets;
+  if (raw.killTree === true) request.killTree = true;
+  // Checked as a host checks them (a count at least 1), and rebuilt, as env is, from its own keys.
+  const limits = checkLimits(raw.limits);
+  if (limits !== undefined) request.limits = limits;
   return request;
 }
 
@@ -501,7 +507,8 @@ class Relay implements Submission, RequestSink {
     if (this.#finished || this.#killed) return;
     this.#killed = true;
     this.#agent.log({ event: "killed", id: this.#name, cmd: this.request.cmd, pid: this.pid, reason: why });
-    this.#toWorker(Frame.Kill, new TextEncoder().encode("-SIGKILL"));
+    // A killTree command's tree, which may have left its group; the group of any other.
+    this.#toWorker(Frame.Kill, new TextEncoder().encode(this.request.killTree ? "*SIGKILL" : "-SIGKILL"));
     this.#toWorker(Frame.Release, FD_PAYLOAD[1]);
     this.#toWorker(Frame.Release, FD_PAYLOAD[2]);
     // The worker signals only a command still running; its process group may outlive it (a shell's background job),

@@ -28,6 +28,7 @@ a user, a .creds file or a TLS client certificate), or --insecure to run without
   --concurrency N       commands at once; past it, callers try another agent   [32]
   --size N              local worker processes                        [2 to 4, by cores]
   --runtime R           local workers' runtime: native, deno, bun or node   [native where built, else this one]
+  --cgroup DIR          a writable cgroup v2 directory to run the commands under (native workers only)
   --token-file F        a file holding the server's token (env SPAWNPOOL_NATS_TOKEN)
   --user U              user name (the password from env SPAWNPOOL_NATS_PASS)
   --creds F             a .creds file (user JWT and NKey seed)
@@ -68,6 +69,7 @@ try {
       concurrency: { type: "string" },
       size: { type: "string" },
       runtime: { type: "string" },
+      cgroup: { type: "string" },
       "token-file": { type: "string" },
       user: { type: "string" },
       creds: { type: "string" },
@@ -124,7 +126,7 @@ const options: AgentOptions = {
   subject: str("subject"),
   queue: str("queue"),
   concurrency: positive("concurrency"),
-  pool: { size: positive("size"), runtime: str("runtime") as WorkerRuntime | undefined },
+  pool: { size: positive("size"), runtime: str("runtime") as WorkerRuntime | undefined, cgroup: str("cgroup") },
   token: tokenFile !== undefined ? readSecret(tokenFile) : process.env.SPAWNPOOL_NATS_TOKEN || undefined,
   credentials: str("creds"),
   agentName: str("name"),

@@ -9,6 +9,7 @@
 import { SpawnPoolError } from "../core/errors.ts";
 import type { SpawnRequest } from "../core/frame.ts";
 import type { Scheduler, Submission } from "../core/execution.ts";
+import type { RequestDefaults } from "../core/options.ts";
 import { poolClosed, type PoolStats } from "../core/pool_core.ts";
 import { checkRemoteOptions, type RemoteOptions } from "./options.ts";
 import type { RemotePool } from "./remote_pool.ts";
@@ -24,16 +25,25 @@ export class DeferredRemotePool implements Scheduler {
   /** Commands submitted while the module loads, in order. */
   #held: Submission[] = [];
   #closed: Promise<void> | undefined;
+  /** @internal What the pool gives its commands unless they say otherwise (its `killTree`, `limits`). */
+  readonly defaults: RequestDefaults | undefined;
 
   /**
    * Checks the options; loads nothing and connects to nothing.
    *
+   * @param defaults The pool's `killTree` and `limits`, checked: they travel with each command's request.
    * @throws {TypeError} For bad options.
    */
-  constructor(options: RemoteOptions, maxQueue: number, admit?: (request: SpawnRequest, resolve?: boolean) => void) {
+  constructor(
+    options: RemoteOptions,
+    maxQueue: number,
+    admit?: (request: SpawnRequest, resolve?: boolean) => void,
+    defaults?: RequestDefaults,
+  ) {
     this.#options = checkRemoteOptions(options);
     this.#maxQueue = maxQueue;
     this.#admit = admit;
+    this.defaults = defaults;
   }
 
   /** @internal The host runtime's rules for starting a command (a Deno host's run permission). */

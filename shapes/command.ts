@@ -8,6 +8,7 @@ import { SpawnError, SpawnPoolError } from "../core/errors.ts";
 import { type Completion, Execution, type Scheduler } from "../core/execution.ts";
 import type { OutputReadableStream } from "../core/output_stream.ts";
 import { concatBytes, type ExitInfo, type SpawnRequest, type StdioMode, type WireUsage } from "../core/frame.ts";
+import type { ExceededLimit } from "../core/limits.ts";
 import { type ResourceUsage, resourceUsage } from "../core/usage.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
 import { exitStatusCode, signalName } from "../core/signals.ts";
@@ -36,6 +37,11 @@ export interface CommandStatus {
   code: number;
   /** The signal that ended the command, or null. */
   signal: string | null;
+  /**
+   * Which of its `limits` ended the command (an extension), when its worker can tell: "cpu" (`cpuSeconds`),
+   * "fileSize" (`fileSizeBytes`), "memory" or "processes". Absent otherwise.
+   */
+  limit?: ExceededLimit;
 }
 
 /** The result of `output()`, as `Deno.CommandOutput`. */
@@ -104,7 +110,9 @@ function toStatus(info: ExitInfo, command: string): CommandStatus {
     );
   }
   const code = exitStatusCode(info);
-  return { success: code === 0 && info.signal === null, code, signal: info.signal };
+  const status: CommandStatus = { success: code === 0 && info.signal === null, code, signal: info.signal };
+  if (info.limit !== undefined) status.limit = info.limit;
+  return status;
 }
 
 function toOutput(
@@ -173,7 +181,7 @@ export class PoolCommand {
       stdout: stdioOption(o.stdout, MODES, outDefault, "stdout"),
       stderr: stdioOption(o.stderr, MODES, outDefault, "stderr"),
       buffered: !spawned,
-    });
+    }, this.#scheduler.defaults);
   }
 
   /**
@@ -338,6 +346,32 @@ export class PooledChildProcess {
     }
     if (this.#terminated) throw new TypeError("Child process has already terminated");
     if (name !== undefined) this.#execution.kill(name);
+  }
+
+  /**
+   * Sends a signal to the command and every process it started (an extension): all of them where the command was
+   * spawned with `killTree` on a native worker, which keeps them within its reach; otherwise those its worker can
+   * still find (a JavaScript worker signals the command's process group).
+   *
+   * @param signal Signal name or number. @default {"SIGTERM"}
+   * @throws {TypeError} For an unknown signal, or once the command's status has settled, as `kill()`.
+   *
+   * @example Ending a shell and the jobs it left in the background
+   * ```ts ignore
+   * const child = pool.command("sh", { args: ["-c", "sleep 100 & sleep 100"], killTree: true }).spawn();
+   * child.killTree();
+   * console.log((await child.status).signal); // "SIGTERM"
+   * ```
+   */
+  killTree(signal: string | number = "SIGTERM"): void {
+    let name: string;
+    try {
+      name = signalName(signal);
+    } catch {
+      throw new TypeError(`Invalid signal: ${String(signal)}`);
+    }
+    if (this.#terminated) throw new TypeError("Child process has already terminated");
+    this.#execution.kill(name, "tree");
   }
 
   /** Lets the command keep the host alive (the default). */

@@ -9,6 +9,7 @@ import { Execution, type Scheduler } from "../core/execution.ts";
 import type { StdinSource } from "../core/stdin.ts";
 import type { OutputReadableStream } from "../core/output_stream.ts";
 import type { StdioMode } from "../core/frame.ts";
+import type { ExceededLimit } from "../core/limits.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
 import { type ResourceUsage, resourceUsage } from "../core/usage.ts";
 import { exitStatusCode, signalName } from "../core/signals.ts";
@@ -266,6 +267,7 @@ export class PooledSubprocess {
   #execution: Execution;
   #exitCode: number | null = null;
   #signalCode: string | null = null;
+  #limit: ExceededLimit | undefined;
 
   /**
    * Starts a command in `scheduler`'s pool.
@@ -294,7 +296,7 @@ export class PooledSubprocess {
       stderr: stderr.mode,
       buffered: false,
       sockets: true, // as Bun.spawn's pipes: a writer whose reader went away gets ECONNRESET, not SIGPIPE
-    });
+    }, scheduler.defaults);
     if (options.onExit !== undefined && typeof options.onExit !== "function") {
       throw new TypeError("onExit must be a function");
     }
@@ -316,6 +318,7 @@ export class PooledSubprocess {
     this.exited = Promise.all([execution.exited, ...relayed]).then(([info]) => {
       this.#exitCode = info.code;
       this.#signalCode = info.signal;
+      this.#limit = info.limit;
       return exitStatusCode(info);
     });
     this.exited.catch(() => {});
@@ -357,6 +360,14 @@ export class PooledSubprocess {
     return this.#signalCode;
   }
 
+  /**
+   * Which of its `limits` ended the command (an extension), once it has exited and when its worker can tell: "cpu",
+   * "fileSize", "memory" or "processes"; undefined otherwise.
+   */
+  get limit(): ExceededLimit | undefined {
+    return this.#limit;
+  }
+
   /** Whether `kill()` was called. */
   get killed(): boolean {
     return this.#execution.killed;
@@ -370,6 +381,25 @@ export class PooledSubprocess {
    */
   kill(signal: string | number = "SIGTERM"): void {
     this.#execution.kill(signalName(signal));
+  }
+
+  /**
+   * Sends a signal to the command and every process it started (an extension): all of them where it was spawned with
+   * `killTree` on a native worker, which keeps them within its reach; otherwise those its worker can still find (a
+   * JavaScript worker signals the command's process group).
+   *
+   * @param signal Signal name or number. @default {"SIGTERM"}
+   * @throws {RangeError} For an unknown signal.
+   *
+   * @example Ending a shell and the jobs it left in the background
+   * ```ts ignore
+   * const proc = pool.spawn(["sh", "-c", "sleep 100 & sleep 100"], { killTree: true });
+   * proc.killTree("SIGKILL");
+   * await proc.exited; // 137
+   * ```
+   */
+  killTree(signal: string | number = "SIGTERM"): void {
+    this.#execution.kill(signalName(signal), "tree");
   }
 
   /** Lets the command keep the host alive (the default). */

@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { detectRuntime } from "../adapters/runtime.ts";
 import { encodeHeader, type FrameType } from "../core/frame.ts";
 
-export { alive, childPids, descendants, openFds, rssAnonBytes, rssBytes } from "../support/proc.ts";
+export { alive, childPids, descendants, markedProcesses, openFds, rssAnonBytes, rssBytes } from "../support/proc.ts";
 import { alive } from "../support/proc.ts";
 
 /** The runtime running the tests. */

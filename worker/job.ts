@@ -7,6 +7,7 @@
 
 import type { SpawnedChild } from "../core/adapter.ts";
 import { decodeJson, ProtocolError, type SpawnRequest, type StopReason, type StreamFd } from "../core/frame.ts";
+import { isWireLimits } from "../core/limits.ts";
 
 /** A write to the child's stdin, or its end. */
 export type StdinOp = Uint8Array | "end";
@@ -96,6 +97,8 @@ export function parseRequest(payload: Uint8Array): SpawnRequest {
     !(raw.gid === undefined || Number.isInteger(raw.gid)) ||
     !(raw.detached === undefined || typeof raw.detached === "boolean") ||
     !(raw.sockets === undefined || typeof raw.sockets === "boolean") ||
+    !(raw.killTree === undefined || typeof raw.killTree === "boolean") ||
+    !(raw.limits === undefined || isWireLimits(raw.limits)) ||
     typeof raw.group !== "boolean"
   ) {
     throw new ProtocolError("Spawn request is malformed");

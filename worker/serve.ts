@@ -6,7 +6,14 @@
  * @module
  */
 
-import { type Adapter, type ByteChannel, type SpawnedChild, spawnFailed } from "../core/adapter.ts";
+import {
+  type Adapter,
+  type ByteChannel,
+  type RuntimeName,
+  type SpawnedChild,
+  SpawnFailed,
+  spawnFailed,
+} from "../core/adapter.ts";
 import {
   decodeFd,
   decodeU32,
@@ -21,6 +28,7 @@ import {
   keepBytes,
   PROTOCOL_VERSION,
   ProtocolError,
+  type SpawnRequest,
   type StopReason,
   type StreamFd,
 } from "../core/frame.ts";
@@ -132,7 +140,9 @@ class Server {
       }
       case Frame.Kill: {
         const text = new TextDecoder().decode(payload);
-        const group = text.startsWith("-");
+        // A tree ("*") is signalled as the process group ("-"), as far as a JavaScript worker reaches: it cannot
+        // make a command a subreaper, so what left the group, or was orphaned, is out of its reach.
+        const group = text.startsWith("-") || text.startsWith("*");
         const signal = group ? text.slice(1) : text;
         if (job.child) this.#killChild(job, signal, group);
         else job.early.push({ signal, group });
@@ -166,6 +176,7 @@ class Server {
     const early: Array<() => void> = [];
     let child: SpawnedChild;
     try {
+      refuseNativeOnly(request, this.#adapter.runtime);
       child = await this.#adapter.spawn(request, {
         // Once started (the usual case) output goes straight through, with no closure per chunk.
         data: (fd, chunk) =>
@@ -448,6 +459,22 @@ class Server {
     };
     job.stdinChain = job.stdinChain.then(() => child.write(op)).then(ack, () => ack(false));
   }
+}
+
+/**
+ * Fails a request that needs what only the native worker gives, before the child exists: `killTree` (a subreaper) and
+ * `limits` (rlimits set between fork and exec), which no JavaScript runtime's spawn offers.
+ *
+ * @throws {SpawnFailed} ENOTSUP, naming the option.
+ */
+function refuseNativeOnly(request: SpawnRequest, runtime: RuntimeName): void {
+  const option = request.killTree === true ? "killTree" : request.limits !== undefined ? "limits" : undefined;
+  if (option === undefined) return;
+  throw new SpawnFailed({
+    code: "ENOTSUP",
+    message: `${option} is not supported by ${runtime} workers; it needs the native worker ` +
+      `(runtime: "native", the default where it is installed)`,
+  });
 }
 
 /**

@@ -8,6 +8,7 @@ import { Buffer } from "node:buffer";
 import * as native from "node:child_process";
 import { constants as osConstants } from "node:os";
 import type { Scheduler } from "../../core/execution.ts";
+import type { ExceededLimit } from "../../core/limits.ts";
 import { DEFAULT_FORCE_KILL_AFTER_DELAY, MAX_TIMER_MS } from "../../core/options.ts";
 import { ChildProcess, killGroup } from "./child_process.ts";
 import { invalidArgType, killSignalOf, nodeError, noNulBytes, outOfRange, validateTimeout } from "./errors.ts";
@@ -23,6 +24,8 @@ export type ExecError = Error & {
   cmd?: string;
   stdout?: string | Buffer;
   stderr?: string | Buffer;
+  /** Which of its `limits` ended the command (an extension), when its worker can tell; absent otherwise. */
+  limit?: ExceededLimit;
 };
 
 /** The functions of `node:child_process` bound to one scheduler. */
@@ -145,6 +148,9 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
       signal: o.signal,
       windowsHide: !!o.windowsHide,
       windowsVerbatimArguments: !!o.windowsVerbatimArguments,
+      // The pool's extensions, checked by spawn.
+      killTree: o.killTree,
+      limits: o.limits,
     };
     const child = spawnWith(file, args, spawnOptions, "SIGTERM", backstop) as ChildProcess;
     const done = callback as ExecCallback | undefined;
@@ -183,6 +189,7 @@ export function childProcessApi(scheduler: () => Scheduler): ChildProcessApi {
         });
       }
       error.cmd = cmd;
+      if (child.limit !== undefined) error.limit = child.limit;
       done(error, stdout, stderr);
     };
     // The timeout and maxBuffer end the command as Node's execFile does: signalled once, with killSignal, and its

@@ -8,7 +8,8 @@ import { EventEmitter } from "node:events";
 import { setImmediate } from "node:timers";
 import type { Readable, Writable } from "node:stream";
 import { SpawnError } from "../../core/errors.ts";
-import { Execution, type Scheduler } from "../../core/execution.ts";
+import { Execution, type KillScope, type Scheduler } from "../../core/execution.ts";
+import type { ExceededLimit } from "../../core/limits.ts";
 import type { OutputControls, OutputSink } from "../../core/output_stream.ts";
 import type { ExitInfo, StreamFd } from "../../core/frame.ts";
 import { buildRequest } from "../../core/options.ts";
@@ -75,6 +76,8 @@ export class ChildProcess extends EventEmitter {
   #closesGot = 0;
   /** Exit or failure came: counted once toward 'close'. */
   #settled = false;
+  /** Which of its `limits` ended the command, when its worker said so. */
+  #limit: ExceededLimit | undefined;
   #spawned = false;
   /**
    * Events that arrived since the worker reported the spawn, held until a later turn of the event loop: in Node
@@ -142,7 +145,9 @@ export class ChildProcess extends EventEmitter {
       gid: spec.gid,
       detached: spec.detached,
       sockets: true, // as Node's 'pipe': a writer whose reader went away gets ECONNRESET, not SIGPIPE
-    });
+      killTree: spec.killTree,
+      limits: spec.limits,
+    }, scheduler.defaults);
     // Every event reaches user code in its own microtask, queued as it arrives from the worker, so events
     // keep their order and an exception in a listener is an uncaught exception of the application (as in
     // Node), never a failure of the worker's channel or a rejected promise. What arrives after the spawn,
@@ -223,17 +228,49 @@ export class ChildProcess extends EventEmitter {
    * @throws {TypeError} For an unknown signal (`ERR_UNKNOWN_SIGNAL`).
    */
   kill(signal?: NodeJS.Signals | number): boolean {
-    return this.#send(signal === 0 ? "0" : validSignal(signal === undefined ? "SIGTERM" : signal), false);
+    return this.#send(signal === 0 ? "0" : validSignal(signal === undefined ? "SIGTERM" : signal), "pid");
+  }
+
+  /**
+   * Sends a signal to the command and every process it started (an extension): all of them where the command was
+   * spawned with `killTree` on a native worker, which keeps them within its reach; otherwise those its worker can
+   * still find (a JavaScript worker signals the command's process group).
+   *
+   * @param signal Signal name or number. @default {"SIGTERM"}
+   * @returns True if the signal was sent (or queued until the command starts); false once it exited.
+   * @throws {TypeError} For an unknown signal (`ERR_UNKNOWN_SIGNAL`).
+   *
+   * @example Ending a shell and the jobs it left in the background
+   * ```ts ignore
+   * import { type ChildProcess, spawn } from "@spawnpool/spawnpool/node";
+   *
+   * // The drop-in is typed as node:child_process: its extensions need a cast.
+   * const options = { killTree: true } as object;
+   * const child = spawn("sh", ["-c", "sleep 100 & sleep 100"], options) as unknown as ChildProcess;
+   * child.on("exit", (_code, signal) => console.log(signal)); // "SIGTERM"
+   * child.killTree(); // true
+   * ```
+   */
+  killTree(signal?: NodeJS.Signals | number): boolean {
+    return this.#send(signal === 0 ? "0" : validSignal(signal === undefined ? "SIGTERM" : signal), "tree");
+  }
+
+  /**
+   * Which of its `limits` ended the command (an extension), once `'exit'` was emitted and when its worker can tell:
+   * "cpu", "fileSize", "memory" or "processes"; undefined otherwise.
+   */
+  get limit(): ExceededLimit | undefined {
+    return this.#limit;
   }
 
   static {
-    killGroup = (child, signal) => child.#send(signal, true);
+    killGroup = (child, signal) => child.#send(signal, "group");
   }
 
-  /** Sends a signal (a name, or "0" to send none) to the command or its process group, as `kill()` does. */
-  #send(name: string, group: boolean): boolean {
+  /** Sends a signal (a name, or "0" to send none) to the command, its process group or its tree, as `kill()` does. */
+  #send(name: string, scope: KillScope): boolean {
     if (this.#settled || this.#execution === undefined) return false;
-    if (name !== "0") this.#execution.kill(name, group);
+    if (name !== "0") this.#execution.kill(name, scope);
     this.killed = true;
     return true;
   }
@@ -323,6 +360,7 @@ export class ChildProcess extends EventEmitter {
     const { code, signal, reason } = info;
     this.exitCode = signal === null ? code : null;
     this.signalCode = signal as NodeJS.Signals | null;
+    this.#limit = info.limit;
     if (reason === "timeout") this.killed = true;
     // Input still unwritten when the command exited had no reader: EPIPE, as on a real pipe.
     this.stdin?.destroy(this.#stdinPending > 0 ? epipe() : undefined);

@@ -10,12 +10,14 @@ import { isAbsolute, resolve } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import type { StdioMode } from "../../core/frame.ts";
+import { LIMIT_KEYS, LIMIT_MINIMUMS, type Limits } from "../../core/limits.ts";
 import {
   invalidArgType,
   invalidArgValue,
   killSignalOf,
   nodeError,
   noNulBytes,
+  outOfRange,
   validateAbortSignal,
   validateTimeout,
 } from "./errors.ts";
@@ -49,6 +51,10 @@ export interface PooledSpawn {
   timeout: number;
   killSignal: string;
   signal?: AbortSignal;
+  /** The call's `killTree`, when it gives one (the pool's otherwise). */
+  killTree?: boolean;
+  /** The call's `limits`, when it gives them (the pool's otherwise). */
+  limits?: Limits;
 }
 
 /** Why a spawn must run natively, or undefined when the pool can run it. */
@@ -129,6 +135,36 @@ function optionalInt32(options: Record<string, unknown>, key: string): number | 
   return value as number;
 }
 
+/**
+ * The `limits` option (an extension), checked with Node's errors: undefined when absent (or null), else a copy
+ * without a prototype holding the limits given.
+ */
+function optionalLimits(options: Record<string, unknown>): Limits | undefined {
+  const value = options.limits;
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw invalidArgType("options.limits", "of type object", value);
+  }
+  const limits = Object.create(null) as Record<string, number>;
+  const keys = Object.keys(value);
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i];
+    if (!Object.hasOwn(LIMIT_MINIMUMS, key)) {
+      throw invalidArgValue("options.limits", value, `has an unknown limit '${key}' (known: ${LIMIT_KEYS.join(", ")})`);
+    }
+    const limit: unknown = (value as Record<string, unknown>)[key];
+    if (limit === undefined) continue;
+    const name = `options.limits.${key}`;
+    if (typeof limit !== "number") throw invalidArgType(name, "of type number", limit);
+    const least = LIMIT_MINIMUMS[key as keyof Limits];
+    if (!Number.isSafeInteger(limit) || limit < least) {
+      throw outOfRange(name, `an integer >= ${least} and <= ${Number.MAX_SAFE_INTEGER}`, limit);
+    }
+    limits[key] = limit;
+  }
+  return limits as Limits;
+}
+
 /** A copy of `options` without a prototype: what Node reads options from. */
 export function ownOptions(options: unknown): Record<string, unknown> {
   return Object.assign(Object.create(null), options);
@@ -191,6 +227,16 @@ export function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknow
   const dir = o.cwd === undefined || o.cwd === null ? "" : validatedPath(o.cwd, "options.cwd");
   const cwd = isAbsolute(dir) ? dir : resolve(dir);
   optionalBoolean(o, "detached");
+  optionalBoolean(o, "killTree");
+  if (o.killTree === true && o.detached === true) {
+    throw nodeError(
+      TypeError,
+      "ERR_INCOMPATIBLE_OPTION_PAIR",
+      'Option "killTree" cannot be used in combination with option "detached": a detached command outlives its ' +
+        "worker, and killTree ends its whole tree with it",
+    );
+  }
+  const limits = optionalLimits(o);
   const uid = optionalInt32(o, "uid");
   const gid = optionalInt32(o, "gid");
   if (o.shell !== undefined && o.shell !== null && typeof o.shell !== "boolean" && typeof o.shell !== "string") {
@@ -258,6 +304,8 @@ export function normalizeSpawn(file: unknown, argsIn: unknown, optionsIn: unknow
     uid,
     gid,
     signal,
+    killTree: typeof o.killTree === "boolean" ? o.killTree : undefined,
+    limits,
   };
   return spec;
 }
