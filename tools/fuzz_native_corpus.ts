@@ -112,6 +112,18 @@ const requests: Record<string, SpawnRequest> = {
     detached: true,
     sockets: true,
   }),
+  // Process control: the whole tree, and every limit.
+  "process-control": buildRequest({
+    cmd: "sh",
+    args: ["-c", "sleep 1 & exec sleep 2"],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    buffered: true,
+    timeout: 100,
+    killTree: true,
+    limits: { cpuSeconds: 1, memoryBytes: 2 ** 30, processes: 64, openFiles: 256, fileSizeBytes: 0, coreBytes: 0 },
+  }),
   // child_process.exec(): a shell, a timeout and its group.
   "node-exec": buildRequest({
     cmd: "/bin/sh",
@@ -170,6 +182,7 @@ const frameSeeds: [string, number, Uint8Array[]][] = [
     stdinEnd(8),
     credit(9, 2, 0xffffffff),
   ]],
+  ["process-control", 8, [spawn(12, requests["process-control"]), kill(12, "*SIGTERM"), kill(12, "*SIGKILL")]],
   ["spawn-error-enoent", 4, [spawn(10, missingProgram), kill(10, "SIGTERM")]],
   ["spawn-error-nul", 6, [spawn(11, withNul)]],
   // Frames for requests that already completed (or never were) are ignored.
