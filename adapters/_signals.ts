@@ -156,16 +156,18 @@ function signalPid(pid: number, signal: string): void {
  * reaps nothing, so no pid read from its list can be reused before it is signalled), until a pass finds nothing new.
  * A killTree command is a subreaper of its own tree, so while it runs its daemons are below it.
  */
-function killTreeOf(root: number): void {
+function killTreeOf(root: number, start: string): void {
+  signalPid(root, "SIGSTOP");
+  // Stopped now, or gone: checked again, so that a root reaped (by init) before the stop is not walked from.
+  if (!isStopped(root, start)) return;
   const tree = [root];
   const seen = new Set(tree);
-  signalPid(root, "SIGSTOP");
-  for (let pass = 0; pass < 64; pass++) {
+  // One deadline for the whole walk: a process that never stops (uninterruptible sleep) does not hold the host.
+  const deadline = performance.now() + 50;
+  for (;;) {
     const before = tree.length;
     for (let i = 0; i < tree.length; i++) {
-      for (let spin = 0; spin < 10_000 && !settled(tree[i]); spin++) {
-        // a stop lands within microseconds; one in uninterruptible sleep lands when it leaves it
-      }
+      if (!settled(tree[i]) && performance.now() < deadline) continue; // read once stopped, in a later pass
       for (const child of childrenOf(tree[i])) {
         if (seen.has(child)) continue;
         seen.add(child);
@@ -173,9 +175,19 @@ function killTreeOf(root: number): void {
         signalPid(child, "SIGSTOP");
       }
     }
-    if (pass > 0 && tree.length === before) break;
+    if ((tree.length === before && tree.every(settled)) || performance.now() >= deadline) break;
   }
   for (const pid of tree) signalPid(pid, "SIGKILL");
+}
+
+/** Whether `pid` is the process that started at `start`, stopped or on its way to stop. */
+function isStopped(pid: number, start: string): boolean {
+  try {
+    const stat = statFields(String(pid));
+    return stat[19] === start && stat[0] !== "X" && stat[0] !== "Z";
+  } catch {
+    return false;
+  }
 }
 
 /** Whether /proc may be read without asking: always outside Deno; in Deno, with read permission for it. */
@@ -205,7 +217,7 @@ export function killGroups(children: readonly ChildProof[], own?: number): void 
   if (own !== undefined) groups.push([own, undefined]);
   for (const child of children) {
     if (child.tree && system.platform === "linux" && procReadable() && isProcess(child.pid, child.start)) {
-      killTreeOf(child.pid);
+      killTreeOf(child.pid, child.start);
     }
   }
   for (const [group, start] of groups) {
@@ -222,8 +234,49 @@ export function killGroups(children: readonly ChildProof[], own?: number): void 
  * A worker's `killOrphans`: SIGKILLs the groups of the commands it left behind (those vouched for), and its own group
  * when it was started as a group leader (a Deno worker's commands may share it).
  */
-export function orphanKiller(ownGroup: boolean, workerPid: number): (children: readonly ChildProof[]) => void {
-  return (children) => killGroups(children, ownGroup ? workerPid : undefined);
+export function orphanKiller(
+  ownGroup: boolean,
+  workerPid: number,
+  cgroup?: string,
+): (children: readonly ChildProof[]) => void {
+  return (children) => {
+    killGroups(children, ownGroup ? workerPid : undefined);
+    if (cgroup !== undefined) killLeaves(cgroup, workerPid);
+  };
+}
+
+/**
+ * A dead native worker's cgroup leaves (`<cgroup>/spawnpool-<worker pid>-<n>`, native/cgroup.c): everything in each is
+ * SIGKILLed (`cgroup.kill`), and each is removed once empty (retried for a second: killed processes take a moment to
+ * go).
+ */
+function killLeaves(cgroup: string, workerPid: number): void {
+  let names: string[];
+  try {
+    names = system.readDir(cgroup).filter((name) => name.startsWith(`spawnpool-${workerPid}-`));
+  } catch {
+    return; // gone, or not readable: nothing of ours to clean
+  }
+  for (const name of names) {
+    try {
+      system.writeText(`${cgroup}/${name}/cgroup.kill`, "1");
+    } catch {
+      // no cgroup.kill (Linux before 5.14): the groups' kill above is what ends them
+    }
+  }
+  let tries = 0;
+  const remove = () => {
+    names = names.filter((name) => {
+      try {
+        system.removeEmptyDir(`${cgroup}/${name}`);
+        return false;
+      } catch (error) {
+        return (error as { code?: string }).code === "EBUSY" || (error as Error).name === "Busy";
+      }
+    });
+    if (names.length > 0 && ++tries < 20) setTimeout(remove, 50).unref?.();
+  };
+  remove();
 }
 
 /**

@@ -46,6 +46,10 @@ export interface System {
   readText(path: string): string;
   /** The names in a directory. */
   readDir(path: string): string[];
+  /** Writes `text` to an existing file (a cgroup's control file). */
+  writeText(path: string, text: string): void;
+  /** Removes an empty directory (a cgroup). */
+  removeEmptyDir(path: string): void;
   /**
    * Where `name` is found as an executable on `path` (a PATH value), by the runtime's own lookup, where it has one
    * (Bun's `Bun.which`): cheaper than a `stat` per entry, which on Bun would load `node:fs` (about 2 ms).
@@ -114,6 +118,8 @@ function denoSystem(deno: typeof Deno): System {
     },
     readText: (path) => deno.readTextFileSync(path),
     readDir: (path) => Array.from(deno.readDirSync(path), (entry) => entry.name),
+    writeText: (path, text) => deno.writeTextFileSync(path, text, { create: false }),
+    removeEmptyDir: (path) => deno.removeSync(path),
     kill: (pid, signal) => deno.kill(pid, signal as Deno.Signal),
     onSignal: (signal, handler) => deno.addSignalListener(signal, handler),
     onExit(handler) {
@@ -156,6 +162,8 @@ function nodeSystem(process: NodeJS.Process): System {
     },
     readText: (path) => fs().readFileSync(path, "utf8"),
     readDir: (path) => fs().readdirSync(path),
+    writeText: (path, text) => fs().writeFileSync(path, text, { flag: "r+" }),
+    removeEmptyDir: (path) => fs().rmdirSync(path),
     which: bun && ((name, path) => bun.which(name, { PATH: path }) ?? undefined),
     kill: (pid, signal) => void process.kill(pid, signal),
     onSignal: (signal, handler) => void process.on(signal, handler),

@@ -135,7 +135,7 @@ export const bunAdapter: Adapter = {
       exited,
       kill: (signal = "SIGTERM") => proc.kill(signal),
       vouch: vouchFor(proc.pid),
-      killOrphans: orphanKiller(launch.ownGroup, proc.pid),
+      killOrphans: orphanKiller(launch.ownGroup, proc.pid, launch.cgroup),
       ref: () => proc.ref(),
       unref: () => proc.unref(),
     };

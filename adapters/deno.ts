@@ -232,7 +232,7 @@ export const denoAdapter: Adapter = {
         }
       },
       vouch: vouchFor(child.pid),
-      killOrphans: orphanKiller(launch.ownGroup, child.pid),
+      killOrphans: orphanKiller(launch.ownGroup, child.pid, launch.cgroup),
       ref: () => child.ref(),
       unref: () => child.unref(),
     };

@@ -166,7 +166,7 @@ export const nodeAdapter: Adapter = {
       exited,
       kill: (signal = "SIGTERM") => void child.kill(signal as NodeJS.Signals),
       vouch: vouchFor(child.pid!),
-      killOrphans: orphanKiller(launch.ownGroup, child.pid!),
+      killOrphans: orphanKiller(launch.ownGroup, child.pid!, launch.cgroup),
       ref: () => child.ref(),
       unref: () => child.unref(),
     };

@@ -247,6 +247,7 @@ export function currentPlatform(): Platform {
           channel: adapterFor(runtime).socketpair.host ? "fd3" : "unix",
           // The pool's cgroup, which the worker puts its commands in.
           env: cgroup === undefined ? undefined : { SPAWNPOOL_CGROUP: cgroup },
+          cgroup,
           // It gives every command a process group of its own.
           ownGroup: false,
         };

@@ -67,6 +67,8 @@ export interface WorkerLaunch {
   channel: ChannelKind;
   /** Variables the worker gets on top of the host's environment (a native worker's `SPAWNPOOL_CGROUP`). */
   env?: Readonly<Record<string, string>>;
+  /** The pool's cgroup, in which a native worker makes a leaf per command (the host removes them if it dies). */
+  cgroup?: string;
   /**
    * Start the worker as the leader of a process group of its own, which the commands it spawns without a
    * group of their own join: the worker (or the host, if the worker dies) can then kill them all at once.

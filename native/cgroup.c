@@ -300,7 +300,10 @@ static int make_dir(unsigned *serial) {
     int saved = errno;
     unlinkat(root_fd, name, AT_REMOVEDIR);
     errno = saved;
+    return -1;
   }
+  /* A command may not make cgroups inside its leaf: the leaf could then never be removed, nor its slot reused. */
+  write_at(fd, "cgroup.max.descendants", "0");
   return fd;
 }
 

@@ -203,11 +203,13 @@ static const char *limit_hit(const struct job *job) {
   if (job->reason != NULL) return NULL; /* the worker ended it */
   if (job->limit_set[LIMIT_CPU]) {
     if (job->sig == SIGXCPU) return "cpu";
+    /* The hard limit, a second past the soft one, is checked at the scheduler's tick: 10 ms of slack. */
     unsigned long long used = job->has_usage ? micros(job->usage.ru_utime) + micros(job->usage.ru_stime) : 0;
-    if (job->sig == SIGKILL && used >= job->limit_value[LIMIT_CPU] * 1000000ULL) return "cpu";
+    if (job->sig == SIGKILL && used + 10000ULL >= (job->limit_value[LIMIT_CPU] + 1) * 1000000ULL) return "cpu";
   }
   if (job->limit_set[LIMIT_FILE_SIZE] && job->sig == SIGXFSZ) return "fileSize";
-  if (job->leaf >= 0) {
+  if (job->leaf >= 0 && (job->sig != 0 || job->code != 0)) {
+    /* A command that failed after its tree hit memory.max (an OOM kill in it) or pids.max (a fork refused). */
     struct cgroup_usage tree;
     cgroup_leaf_usage(job->leaf, &tree);
     if (tree.oom_kills > 0) return "memory";

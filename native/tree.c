@@ -1,22 +1,33 @@
 /*
- * A command's whole tree (a request's `killTree`): everything it started, daemons included, found and signalled
- * without touching a process that is not one of its descendants.
+ * A command's whole tree (a request's `killTree`, a `*SIGNAL` kill): everything it started, daemons included, found
+ * and signalled without touching a process that is not one of its descendants.
  *
  * How the tree stays reachable. A killTree command is made a child subreaper before its exec (PR_SET_CHILD_SUBREAPER
  * survives execve): a descendant whose parent dies is re-parented to the command, not to init, so while the command
- * runs every process it started, double-forked or setsid'd, is below it. Signalling the tree stops it first: each
- * process found is sent SIGSTOP and its children are read only once it is stopped (a stopped parent reaps nothing, so
- * no pid read from its list can be freed and reused before it is signalled); passes repeat until one finds nothing
- * new; then every process gets the signal, and SIGCONT unless the signal was SIGKILL.
+ * runs every process it started, double-forked or setsid'd, is below it.
+ *
+ * How it is signalled. The command's process group is stopped first (SIGSTOP; its zombie-or-live leader holds the
+ * group's id), then the tree is walked from the command through /proc/<pid>/task/<tid>/children, each process found
+ * stopped as it is found, in passes until one finds nothing new and every process has stopped (one deadline for the
+ * whole walk: a process that never stops, in uninterruptible sleep, does not hold the loop). Then the signal goes once
+ * to each process: to the group with one kill, and one by one to those outside it; then SIGCONT, unless the signal was
+ * SIGKILL or a stop signal. Where pidfds exist (Linux 5.3) each process is held by one from the moment it is found,
+ * and is a member only if, after that, /proc shows it a child of a member still alive: a pid read from a list and
+ * reused before it was opened is never taken for a descendant, and a signal through a pidfd never reaches a process
+ * that reused the pid of one that exited. Without pidfds (macOS, Linux before 5.3) a process is checked the same way
+ * and signalled by its pid, which leaves a window of microseconds in which a pid freed and reused could be reached.
  *
  * What the command leaves when it exits on its own. Its children are re-parented at its exit, to the worker while the
  * worker is a subreaper itself. The worker is one only while every command it runs is a killTree one (a plain
- * command's orphans must keep going to init, as they do without spawnpool); so whatever it adopts is what a killTree
- * command left, and is killed, whole tree, on sight (tree_after_exit) and reaped (reap_adopted). While plain commands
- * run beside it, a killTree command's own exit reaches only its process group (its zombie holds the group's id).
+ * command's orphans must keep going to init, as they do without spawnpool); so a child it adopts is what a killTree
+ * command left (or a process a killTree command made with CLONE_PARENT), and is killed, whole tree, on sight
+ * (tree_after_exit) and reaped (reap_adopted). Children the worker had before it became a subreaper (made with
+ * CLONE_PARENT by a plain command) are left alone. While plain commands run beside it, a killTree command's own exit
+ * reaches only its process group.
  *
- * Linux reads children from /proc/<pid>/task/<tid>/children; macOS from proc_listchildpids (no subreaper there: a
- * tree is reachable while its processes' parents live). Elsewhere a tree is the command's process group.
+ * Linux reads children from /proc/<pid>/task/<tid>/children (or, without CONFIG_PROC_CHILDREN, from every process's
+ * parent in /proc); macOS from proc_listchildpids (no subreaper there: a tree is reachable while its processes'
+ * parents live). Elsewhere a tree is the command's process group.
  */
 #include "worker.h"
 
@@ -31,12 +42,22 @@
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
+#include <poll.h>
 #include <sys/prctl.h>
 #endif
 #ifdef __APPLE__
 #include <libproc.h>
 #include <sys/proc.h>
 #endif
+
+#if defined(__linux__) && defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
+#define HAVE_PIDFD 1
+#else
+#define HAVE_PIDFD 0
+#endif
+
+/* The longest a walk waits for its processes to stop, in all. */
+#define WALK_DEADLINE_US (50 * 1000)
 
 /* A set of pids, in the order found. */
 struct pid_set {
@@ -59,9 +80,64 @@ static void pid_set_add(struct pid_set *set, pid_t pid) {
   set->pids[set->count++] = pid;
 }
 
+/* ---------------------------------------------------------------------------------------------------------- */
+/* What /proc (or libproc) says of a process. */
+
+/* Parsed /proc/<pid>/stat: the state letter (0: gone), the parent, the process group. */
+struct proc_stat {
+  char state;
+  pid_t ppid, pgrp;
+};
+
 #ifdef __linux__
+static struct proc_stat stat_of(pid_t pid) {
+  struct proc_stat st = {0, 0, 0};
+  char path[64], text[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return st;
+  ssize_t n;
+  while ((n = read(fd, text, sizeof text - 1)) < 0 && errno == EINTR) {}
+  close(fd);
+  if (n <= 0) return st;
+  text[n] = '\0';
+  const char *paren = strrchr(text, ')'); /* the name may hold anything, ")" included */
+  long ppid, pgrp;
+  char state;
+  if (paren == NULL || sscanf(paren + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) return st;
+  st.state = state;
+  st.ppid = (pid_t)ppid;
+  st.pgrp = (pid_t)pgrp;
+  return st;
+}
+
+/* Whether /proc/<pid>/task/<tid>/children exists (CONFIG_PROC_CHILDREN): -1 not known yet. */
+static int children_files = -1;
+
+/* Appends to `out` every process whose parent is `pid`, from each process's stat: without CONFIG_PROC_CHILDREN. */
+static void children_by_scan(pid_t pid, struct pid_set *out) {
+  DIR *proc = opendir("/proc");
+  if (proc == NULL) return;
+  for (struct dirent *entry; (entry = readdir(proc)) != NULL;) {
+    char *end;
+    long other = strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || other <= 0) continue;
+    if (stat_of((pid_t)other).ppid == pid) pid_set_add(out, (pid_t)other);
+  }
+  closedir(proc);
+}
+
 /* Appends to `out` the children of every thread of `pid` (a child belongs to the thread that forked it). */
 static void children_of(pid_t pid, struct pid_set *out) {
+  if (children_files < 0) {
+    char self[64];
+    snprintf(self, sizeof self, "/proc/%ld/task/%ld/children", (long)getpid(), (long)getpid());
+    children_files = access(self, R_OK) == 0;
+  }
+  if (!children_files) {
+    children_by_scan(pid, out);
+    return;
+  }
   char path[64];
   snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
   DIR *tasks = opendir(path);
@@ -97,22 +173,17 @@ static void children_of(pid_t pid, struct pid_set *out) {
   }
   closedir(tasks);
 }
-
-/* The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie, ...), or 0 when the process is gone. */
-static char state_of(pid_t pid) {
-  char path[64], text[512];
-  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n;
-  while ((n = read(fd, text, sizeof text - 1)) < 0 && errno == EINTR) {}
-  close(fd);
-  if (n <= 0) return 0;
-  text[n] = '\0';
-  const char *paren = strrchr(text, ')'); /* the name may hold anything, ")" included */
-  return paren != NULL && paren[1] == ' ' ? paren[2] : 0;
-}
 #elif defined(__APPLE__)
+static struct proc_stat stat_of(pid_t pid) {
+  struct proc_stat st = {0, 0, 0};
+  struct proc_bsdinfo info;
+  if (proc_pidinfo(pid, PROC_PIDTBSDINFO, 0, &info, (int)sizeof info) != (int)sizeof info) return st;
+  st.state = info.pbi_status == SSTOP ? 'T' : info.pbi_status == SZOMB ? 'Z' : 'R';
+  st.ppid = (pid_t)info.pbi_ppid;
+  st.pgrp = (pid_t)info.pbi_pgid;
+  return st;
+}
+
 static void children_of(pid_t pid, struct pid_set *out) {
   pid_t kids[1024];
   int n = proc_listchildpids(pid, kids, (int)sizeof kids);
@@ -120,80 +191,165 @@ static void children_of(pid_t pid, struct pid_set *out) {
     if (kids[i] > 0) pid_set_add(out, kids[i]);
   }
 }
-
-static char state_of(pid_t pid) {
-  struct proc_bsdinfo info;
-  if (proc_pidinfo(pid, PROC_PIDTBSDINFO, 0, &info, (int)sizeof info) != (int)sizeof info) return 0;
-  return info.pbi_status == SSTOP ? 'T' : info.pbi_status == SZOMB ? 'Z' : 'R';
-}
 #else
+static struct proc_stat stat_of(pid_t pid) {
+  (void)pid;
+  struct proc_stat st = {'T', 0, 0};
+  return st;
+}
+
 static void children_of(pid_t pid, struct pid_set *out) {
   (void)pid;
   (void)out;
 }
-
-static char state_of(pid_t pid) {
-  (void)pid;
-  return 'T';
-}
 #endif
 
-/* Whether `pid` is stopped or can do nothing more (a zombie, or gone): its list of children is final. */
-static bool settled(pid_t pid) {
-  char state = state_of(pid);
-  return state == 0 || state == 'T' || state == 't' || state == 'Z' || state == 'X';
+/* ---------------------------------------------------------------------------------------------------------- */
+/* A tree: its processes, each held by a pidfd where there are pidfds. */
+
+struct member {
+  pid_t pid;
+  int fd; /* its pidfd, or -1 */
+};
+
+struct tree {
+  struct member *members;
+  size_t count, room;
+};
+
+static bool in_tree(const struct tree *tree, pid_t pid) {
+  for (size_t i = 0; i < tree->count; i++) {
+    if (tree->members[i].pid == pid) return true;
+  }
+  return false;
 }
 
-/* Waits, a bounded while, until `pid` is stopped (a process in uninterruptible sleep stops when it leaves it). */
-static void wait_settled(pid_t pid) {
-  for (int i = 0; i < 2000 && !settled(pid); i++) {
-    struct timespec pause = {0, i < 100 ? 0 : 50 * 1000};
-    if (i < 100) sched_yield();
-    else nanosleep(&pause, NULL);
+/* Whether a member is still alive (its pidfd is not readable); without a pidfd, whether its pid is in use. */
+static bool still_alive(const struct member *m) {
+#if HAVE_PIDFD
+  if (m->fd >= 0) {
+    struct pollfd p = {m->fd, POLLIN, 0};
+    return poll(&p, 1, 0) == 0;
   }
+#endif
+  char state = stat_of(m->pid).state;
+  return state != 0 && state != 'Z' && state != 'X';
+}
+
+static int signal_member(const struct member *m, int sig) {
+#if HAVE_PIDFD
+  if (m->fd >= 0) return (int)syscall(SYS_pidfd_send_signal, m->fd, sig, NULL, 0);
+#endif
+  return kill(m->pid, sig);
 }
 
 /*
- * Stops `root` and everything below it, and returns them all, `root` first. `root` is the worker's own child (its
- * pid is held until the worker reaps it), and each pid after it was read from the list of a stopped process in the
- * set, so each is a descendant of `root` when it is stopped.
+ * Adds `pid`, read from the children of `parent` (a live member), if it is `parent`'s child: opened first, then seen
+ * in /proc with `parent` as its parent while both are alive (so the /proc entry read was its own, and `parent`'s pid
+ * was not reused). Stopped at once.
  */
-static struct pid_set stop_tree(pid_t root) {
-  struct pid_set tree = {0};
-  pid_set_add(&tree, root);
-  kill(root, SIGSTOP);
-  size_t read_upto = 0; /* members whose children were read in the current pass */
-  for (int pass = 0; pass < 64; pass++) {
+static void add_child(struct tree *tree, const struct member *parent, pid_t pid) {
+  struct member m = {pid, -1};
+#if HAVE_PIDFD
+  m.fd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (m.fd < 0 && errno == ESRCH) return; /* gone already */
+#endif
+  bool child = stat_of(pid).ppid == parent->pid && still_alive(&m) && still_alive(parent);
+  if (!child) {
+    if (m.fd >= 0) close(m.fd);
+    return;
+  }
+  if (tree->count == tree->room) {
+    tree->room = tree->room ? tree->room * 2 : 64;
+    tree->members = xrealloc(tree->members, tree->room * sizeof *tree->members);
+  }
+  tree->members[tree->count++] = m;
+  signal_member(&m, SIGSTOP);
+}
+
+/* Whether every member is stopped or has exited: nothing in the tree can fork any more. */
+static bool all_settled(const struct tree *tree) {
+  for (size_t i = 0; i < tree->count; i++) {
+    char state = stat_of(tree->members[i].pid).state;
+    if (state != 0 && state != 'T' && state != 't' && state != 'Z' && state != 'X' && still_alive(&tree->members[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/*
+ * Stops `root` (the worker's own unreaped child: its pid is safe) and everything below it; `group`, when not 0, is
+ * stopped first as a whole (its id is held by `root` or its zombie). Passes read each live member's children, until
+ * one finds nothing new and the tree has stopped, or the walk's deadline passes.
+ */
+static struct tree stop_tree(pid_t root, pid_t group) {
+  struct tree tree = {0};
+  if (group != 0) kill(-group, SIGSTOP);
+  struct member first = {root, -1};
+#if HAVE_PIDFD
+  first.fd = (int)syscall(SYS_pidfd_open, root, 0);
+#endif
+  tree.members = xrealloc(NULL, 64 * sizeof *tree.members);
+  tree.room = 64;
+  tree.members[tree.count++] = first;
+  signal_member(&first, SIGSTOP);
+  int64_t deadline = now_us() + WALK_DEADLINE_US;
+  for (;;) {
     size_t before = tree.count;
     for (size_t i = 0; i < tree.count; i++) {
-      pid_t member = tree.pids[i];
-      wait_settled(member);
+      struct member parent = tree.members[i];
+      if (!still_alive(&parent)) continue; /* its children were re-parented: to a member, or found already */
       struct pid_set kids = {0};
-      children_of(member, &kids);
+      children_of(parent.pid, &kids);
       for (size_t k = 0; k < kids.count; k++) {
-        if (pid_set_has(&tree, kids.pids[k])) continue;
-        pid_set_add(&tree, kids.pids[k]);
-        kill(kids.pids[k], SIGSTOP);
+        if (!in_tree(&tree, kids.pids[k])) add_child(&tree, &parent, kids.pids[k]);
       }
       free(kids.pids);
     }
-    /* A pass that found nothing new over a stopped tree: nothing in it can fork any more. */
-    if (tree.count == before && read_upto == tree.count) break;
-    read_upto = tree.count;
+    if (tree.count == before && all_settled(&tree)) break;
+    if (now_us() >= deadline) break;
+    if (tree.count == before) sched_yield(); /* stops still landing */
   }
   return tree;
 }
 
-/* Signals a stopped tree, and lets it run again to take the signal (SIGKILL needs no SIGCONT). */
-static void signal_stopped(const struct pid_set *tree, int sig) {
-  for (size_t i = 0; i < tree->count; i++) kill(tree->pids[i], sig);
-  if (sig == SIGKILL || sig == SIGSTOP) return;
-  for (size_t i = 0; i < tree->count; i++) kill(tree->pids[i], SIGCONT);
+static bool stops(int sig) {
+  return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
 }
 
 /*
- * Sends `sig` to a command's whole tree. Once its exit was seen, its tree is no longer below it (it was re-parented),
- * and only its process group is left to signal: its zombie holds the group's id until the job is done.
+ * Sends `sig` once to each process of a stopped tree: to `group` (not 0) with one kill, and one by one to the members
+ * outside it; then lets them run to take it, unless it kills or stops them. Closes the tree's pidfds.
+ */
+static void signal_tree(struct tree *tree, pid_t group, int sig) {
+  bool *alone = xrealloc(NULL, (tree->count ? tree->count : 1) * sizeof *alone);
+  for (size_t i = 0; i < tree->count; i++) {
+    alone[i] = group == 0 || stat_of(tree->members[i].pid).pgrp != group || !still_alive(&tree->members[i]);
+  }
+  for (size_t i = 0; i < tree->count; i++) {
+    if (alone[i]) signal_member(&tree->members[i], sig);
+  }
+  if (group != 0) kill(-group, sig);
+  if (sig != SIGKILL && !stops(sig)) {
+    for (size_t i = 0; i < tree->count; i++) {
+      if (alone[i]) signal_member(&tree->members[i], SIGCONT);
+    }
+    if (group != 0) kill(-group, SIGCONT);
+  }
+  for (size_t i = 0; i < tree->count; i++) {
+    if (tree->members[i].fd >= 0) close(tree->members[i].fd);
+  }
+  free(alone);
+  free(tree->members);
+  tree->members = NULL;
+  tree->count = tree->room = 0;
+}
+
+/*
+ * Sends `sig` to a command's whole tree: its cgroup leaf where it has one; else the tree below it while it runs (or
+ * its zombie is not yet seen); once its exit was seen its tree is no longer below it (it was re-parented), and only its
+ * process group is left, its id held by the zombie until the job is done.
  */
 void tree_signal(struct job *job, int sig) {
   if (sig == 0) return;
@@ -203,27 +359,52 @@ void tree_signal(struct job *job, int sig) {
   }
   if (job->reaped) return;
   if (job->exited) {
-    if (!job->detached) kill(-job->pid, sig);
+    kill(-job->pid, sig);
     return;
   }
-  struct pid_set tree = stop_tree(job->pid);
-  signal_stopped(&tree, sig);
-  free(tree.pids);
-  /* A member that left the group before the walk is in `tree`; the group's members that escaped it are not. */
-  if (!job->detached) kill(-job->pid, sig);
+  /* The command leads its process group (detached: its session and group). */
+  struct tree tree = stop_tree(job->pid, job->pid);
+  signal_tree(&tree, job->pid, sig);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* The worker as subreaper: on only while every running command is a killTree one. */
 
-static unsigned plain_running;    /* running commands that are not killTree ones (detached ones included) */
-static unsigned tree_running;     /* running killTree commands */
-static bool subreaper_on;         /* PR_SET_CHILD_SUBREAPER is set on the worker */
-static bool adopted_possible;     /* it was on at some point: adopted children may need reaping */
+static unsigned plain_running;   /* running commands that are not killTree ones (detached ones included) */
+static unsigned tree_running;    /* running killTree commands */
+static bool subreaper_on;        /* PR_SET_CHILD_SUBREAPER is set on the worker */
+static bool adopted_possible;    /* it was on at some point: adopted children may need reaping */
+static struct pid_set foreign;   /* the worker's children, not commands', from before it was last turned on */
+
+static bool is_command(pid_t pid) {
+  for (struct job *job = live; job != NULL; job = job->next) {
+    if (job->pid == pid && !job->reaped) return true;
+  }
+  return false;
+}
+
+/* The worker's children that are not commands' (what it adopted, or what a command made with CLONE_PARENT). */
+static struct pid_set not_commands(void) {
+  struct pid_set kids = {0}, out = {0};
+  children_of(getpid(), &kids);
+  for (size_t i = 0; i < kids.count; i++) {
+    if (!is_command(kids.pids[i])) pid_set_add(&out, kids.pids[i]);
+  }
+  free(kids.pids);
+  return out;
+}
 
 static void set_subreaper(bool on) {
 #ifdef __linux__
   if (on == subreaper_on) return;
+  if (on) {
+    /* What is the worker's already came from plain commands (CLONE_PARENT): never taken for a killTree leftover. */
+    struct pid_set now = not_commands();
+    for (size_t i = 0; i < now.count; i++) {
+      if (!pid_set_has(&foreign, now.pids[i])) pid_set_add(&foreign, now.pids[i]);
+    }
+    free(now.pids);
+  }
   if (prctl(PR_SET_CHILD_SUBREAPER, on ? 1UL : 0UL, 0UL, 0UL, 0UL) != 0) return;
   subreaper_on = on;
   if (on) adopted_possible = true;
@@ -260,25 +441,6 @@ void tree_spawn_failed(const struct job *job) {
   if (plain_running == 0 && tree_running > 0) set_subreaper(true);
 }
 
-/* Whether `pid` is a command's (whose zombie the worker keeps until its job is done). */
-static bool is_command(pid_t pid) {
-  for (struct job *job = live; job != NULL; job = job->next) {
-    if (job->pid == pid && !job->reaped) return true;
-  }
-  return false;
-}
-
-/* Every child of the worker that is not a command's: what a killTree command left when it exited. */
-static struct pid_set adopted(void) {
-  struct pid_set kids = {0}, out = {0};
-  children_of(getpid(), &kids);
-  for (size_t i = 0; i < kids.count; i++) {
-    if (!is_command(kids.pids[i])) pid_set_add(&out, kids.pids[i]);
-  }
-  free(kids.pids);
-  return out;
-}
-
 /*
  * After a command's exit was seen: the counts, and whether the worker is a subreaper from now on. What a killTree
  * command left in its process group is killed; and while the worker is a subreaper, what it adopted (the command's
@@ -294,11 +456,12 @@ void tree_after_exit(const struct job *job) {
   if (!plain(job)) {
     if (!job->reaped) kill(-job->pid, SIGKILL);
     if (subreaper_on) {
-      struct pid_set orphans = adopted();
+      struct pid_set orphans = not_commands();
       for (size_t i = 0; i < orphans.count; i++) {
-        struct pid_set tree = stop_tree(orphans.pids[i]);
-        signal_stopped(&tree, SIGKILL);
-        free(tree.pids);
+        if (pid_set_has(&foreign, orphans.pids[i])) continue;
+        /* The worker's own unreaped child: its pid is safe; what is below it is found as below a command. */
+        struct tree tree = stop_tree(orphans.pids[i], 0);
+        signal_tree(&tree, 0, SIGKILL);
       }
       free(orphans.pids);
     }
@@ -309,9 +472,15 @@ void tree_after_exit(const struct job *job) {
 /* On SIGCHLD: reaps the adopted children that exited (commands' zombies stay until their jobs are done). */
 void reap_adopted(void) {
   if (!adopted_possible) return;
-  struct pid_set orphans = adopted();
+  struct pid_set orphans = not_commands();
   for (size_t i = 0; i < orphans.count; i++) {
-    while (waitpid(orphans.pids[i], NULL, WNOHANG) < 0 && errno == EINTR) {}
+    pid_t r;
+    while ((r = waitpid(orphans.pids[i], NULL, WNOHANG)) < 0 && errno == EINTR) {}
+    if (r != orphans.pids[i]) continue;
+    /* Reaped by the worker, which alone could: its pid leaves `foreign` before anything can reuse it. */
+    for (size_t k = 0; k < foreign.count; k++) {
+      if (foreign.pids[k] == orphans.pids[i]) foreign.pids[k] = foreign.pids[--foreign.count];
+    }
   }
   free(orphans.pids);
 }

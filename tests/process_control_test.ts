@@ -99,6 +99,45 @@ describe(`${HOST} host, native workers: killTree`, () => {
   }
 });
 
+describe(`${HOST} host, native workers: killTree beside plain commands`, () => {
+  const pool = new Pool({ size: 1, runtime: "native" });
+  after(() => pool.close({ drain: false }));
+
+  it("a whole-tree kill delivers the signal once to each process", async () => {
+    const count = "import signal, time\n" +
+      "got = [0]\n" +
+      "signal.signal(signal.SIGTERM, lambda s, f: got.__setitem__(0, got[0] + 1))\n" +
+      "print('ready', flush=True)\n" +
+      "time.sleep(0.5)\n" +
+      "print(got[0])";
+    const proc = pool.spawn(["python3", "-c", count], { killTree: true });
+    const reader = proc.stdout!.getReader();
+    await reader.read(); // "ready"
+    proc.kill();
+    let rest = "";
+    for (let r = await reader.read(); !r.done; r = await reader.read()) rest += new TextDecoder().decode(r.value);
+    assert.equal(await proc.exited, 0);
+    assert.equal(rest.trim(), "1", "SIGTERMs received");
+  });
+
+  it("a plain command's daemons are left alone when killTree commands end beside it", async () => {
+    const marker = newMarker();
+    const plain = pool.spawn(["sh", "-c", `(setsid sleep ${marker}1 &); sleep ${marker}2`]);
+    await running(marker, 2);
+    // killTree commands that exit, and one that is killed, while the plain one runs, and after it has gone.
+    assert.equal(await pool.spawn(["sh", "-c", "(sleep 0.1 &); true"], { killTree: true }).exited, 0);
+    const killed = pool.spawn(["sleep", "10"], { killTree: true });
+    killed.kill();
+    await killed.exited;
+    plain.kill();
+    await plain.exited;
+    assert.equal(await pool.spawn(["sh", "-c", "(sleep 0.1 &); true"], { killTree: true }).exited, 0);
+    const left = markedProcesses(`${marker}1`);
+    for (const pid of left) process.kill(pid, "SIGKILL");
+    assert.equal(left.length, 1, "the plain command's daemon runs on, as without spawnpool");
+  });
+});
+
 describe(`${HOST} host, native workers: every way a killTree command ends ends its tree`, () => {
   const pool = new Pool({ size: 1, runtime: "native", killTree: true });
   after(() => pool.close({ drain: false }));
@@ -342,6 +381,33 @@ describe(`${HOST} host, native workers: a pool cgroup`, () => {
     [cmd, args] = daemonizing(marker, "sleep 0.2");
     assert.equal(await pool.spawn([cmd, ...args], { killTree: true }).exited, 0);
     await noneLeft(marker, "cgroup exit");
+  });
+
+  inCgroup("a command cannot make cgroups in its leaf (it could never be removed)", async (pool, root) => {
+    const mount = root.slice(0, root.indexOf("/spawnpool-test-"));
+    const out = await pool.command("sh", {
+      args: ["-c", 'mkdir "$MOUNT$(grep ^0:: /proc/self/cgroup | cut -d: -f3)/sub"'],
+      env: { MOUNT: mount },
+    }).output();
+    assert.notEqual(out.code, 0, "mkdir succeeded");
+  });
+
+  inCgroup("the worker's death: the host kills what is in its leaves and removes them", async (_pool, root) => {
+    const own = new Pool({ size: 1, runtime: "native", cgroup: root });
+    const marker = newMarker();
+    const [cmd, args] = daemonizing(marker);
+    const proc = own.spawn([cmd, ...args]);
+    await running(marker);
+    const worker = own.stats().workers[0].pid;
+    process.kill(worker, "SIGKILL");
+    await assert.rejects(proc.exited, { code: "ERR_WORKER_DIED" });
+    await noneLeft(marker, "cgroup worker death");
+    const deadline = performance.now() + 3000;
+    while (readdirSync(root).some((name) => name.startsWith(`spawnpool-${worker}-`))) {
+      assert.ok(performance.now() < deadline, "the dead worker's leaves are still there");
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await own.close();
   });
 
   inCgroup("usage counts the whole tree: CPU of a child the command never waited for", async (pool) => {
