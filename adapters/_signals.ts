@@ -162,12 +162,17 @@ function killTreeOf(root: number, start: string): void {
   if (!isStopped(root, start)) return;
   const tree = [root];
   const seen = new Set(tree);
+  /** Members whose children were read once they had stopped: their lists are final. */
+  const done = new Set<number>();
   // One deadline for the whole walk: a process that never stops (uninterruptible sleep) does not hold the host.
   const deadline = performance.now() + 50;
-  for (;;) {
-    const before = tree.length;
+  while (done.size < tree.length) {
+    const late = performance.now() >= deadline;
     for (let i = 0; i < tree.length; i++) {
-      if (!settled(tree[i]) && performance.now() < deadline) continue; // read once stopped, in a later pass
+      if (done.has(tree[i])) continue;
+      // Its children are read once it has stopped (it can then neither fork nor reap), or past the deadline.
+      if (!late && !settled(tree[i])) continue;
+      done.add(tree[i]);
       for (const child of childrenOf(tree[i])) {
         if (seen.has(child)) continue;
         seen.add(child);
@@ -175,7 +180,6 @@ function killTreeOf(root: number, start: string): void {
         signalPid(child, "SIGSTOP");
       }
     }
-    if ((tree.length === before && tree.every(settled)) || performance.now() >= deadline) break;
   }
   for (const pid of tree) signalPid(pid, "SIGKILL");
 }

@@ -78,6 +78,9 @@ const HELLO_TIMEOUT_MS = 30_000;
 const MAX_REQUEST_ID = 0xffff_ffff;
 
 /** The host's handle on one worker process. */
+/** How long a dead worker's channel is still read for what the worker sent before it died. */
+const DEAD_CHANNEL_READ_MS = 20;
+
 export class WorkerHandle implements RequestChannel {
   /** The worker process. */
   readonly process: WorkerProcess;
@@ -93,6 +96,8 @@ export class WorkerHandle implements RequestChannel {
   #maxId: number;
   #refs = 1; // held until hello, so a host awaiting `ready()` stays alive
   #closed: SpawnPoolError | undefined;
+  /** The worker's process has exited (its channel may still hold what it sent before). */
+  #processExited = false;
   /** Set by {@linkcode WorkerHandle.hostExiting}. */
   #hostExiting = false;
   #onClose: (handle: WorkerHandle, error: SpawnPoolError) => void;
@@ -178,14 +183,19 @@ export class WorkerHandle implements RequestChannel {
         );
       },
     });
-    // A worker whose process died must not wait for its channel to close: a grandchild could hold it.
+    // A worker whose process died must not wait long for its channel to close: a grandchild could hold it. What it
+    // sent before it died is read first, for a moment (the channel's close comes after it): a command it reported
+    // (Spawned) is then one the host knows, and kills.
     void process.exited.then(() => {
-      this.#shutdown(
-        new SpawnPoolError(
-          helloDone ? "ERR_WORKER_DIED" : "ERR_WORKER_START",
-          helloDone ? `Worker ${process.pid} exited` : `Worker ${process.pid} exited before it was ready`,
-        ),
-      );
+      this.#processExited = true;
+      setTimeout(() => {
+        this.#shutdown(
+          new SpawnPoolError(
+            helloDone ? "ERR_WORKER_DIED" : "ERR_WORKER_START",
+            helloDone ? `Worker ${process.pid} exited` : `Worker ${process.pid} exited before it was ready`,
+          ),
+        );
+      }, DEAD_CHANNEL_READ_MS);
     });
   }
 
@@ -286,6 +296,9 @@ export class WorkerHandle implements RequestChannel {
     if (payload.byteLength !== 4 || this.process.vouch === undefined) return undefined;
     const pid = decodeU32(payload);
     const start = this.process.vouch(pid);
+    // Read after the worker died: its child has been re-parented, and nothing proves it was the worker's. Not a lie,
+    // and not a process the host may signal either.
+    if (start === false && this.#processExited) return undefined;
     if (start === false) {
       throw new ProtocolError(`Request ${id} names pid ${pid}, which is not a child of worker ${this.process.pid}`);
     }
@@ -305,7 +318,13 @@ export class WorkerHandle implements RequestChannel {
     );
     this.#requests.clear();
     this.#children.clear();
-    if (orphans.length > 0 || error.code !== "ERR_POOL_CLOSED") this.process.killOrphans(orphans);
+    // A killTree command's tree is walked once the worker is gone for good (reaped): stopped while its worker was
+    // still exiting, its process group would be orphaned with a stopped member, and the kernel's SIGHUP would end the
+    // command before its tree (daemons in other sessions included) was read. Its group is killed after the walk.
+    const trees = orphans.filter((child) => child.tree === true);
+    const groups = trees.length === 0 ? orphans : orphans.filter((child) => child.tree !== true);
+    if (groups.length > 0 || error.code !== "ERR_POOL_CLOSED") this.process.killOrphans(groups);
+    if (trees.length > 0) void this.process.exited.then(() => this.process.killOrphans(trees));
     // A worker that broke the protocol or dropped its channel may still be running: it is done either way.
     if (error.code !== "ERR_POOL_CLOSED") this.process.kill("SIGKILL");
     if (!this.#hostExiting) { for (const sink of sinks) sink.onFail(error); }

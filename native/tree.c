@@ -209,7 +209,8 @@ static void children_of(pid_t pid, struct pid_set *out) {
 
 struct member {
   pid_t pid;
-  int fd; /* its pidfd, or -1 */
+  int fd;    /* its pidfd, or -1 */
+  bool done; /* its children were read once it had stopped (or exited): its list is final */
 };
 
 struct tree {
@@ -249,7 +250,7 @@ static int signal_member(const struct member *m, int sig) {
  * was not reused). Stopped at once.
  */
 static void add_child(struct tree *tree, const struct member *parent, pid_t pid) {
-  struct member m = {pid, -1};
+  struct member m = {pid, -1, false};
 #if HAVE_PIDFD
   m.fd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (m.fd < 0 && errno == ESRCH) return; /* gone already */
@@ -267,26 +268,22 @@ static void add_child(struct tree *tree, const struct member *parent, pid_t pid)
   signal_member(&m, SIGSTOP);
 }
 
-/* Whether every member is stopped or has exited: nothing in the tree can fork any more. */
-static bool all_settled(const struct tree *tree) {
-  for (size_t i = 0; i < tree->count; i++) {
-    char state = stat_of(tree->members[i].pid).state;
-    if (state != 0 && state != 'T' && state != 't' && state != 'Z' && state != 'X' && still_alive(&tree->members[i])) {
-      return false;
-    }
-  }
-  return true;
+/* Whether a member is stopped or has exited: its list of children can no longer change by its own doing. */
+static bool settled(const struct member *m) {
+  char state = stat_of(m->pid).state;
+  return state == 0 || state == 'T' || state == 't' || state == 'Z' || state == 'X' || !still_alive(m);
 }
 
 /*
  * Stops `root` (the worker's own unreaped child: its pid is safe) and everything below it; `group`, when not 0, is
- * stopped first as a whole (its id is held by `root` or its zombie). Passes read each live member's children, until
- * one finds nothing new and the tree has stopped, or the walk's deadline passes.
+ * stopped first as a whole (its id is held by `root` or its zombie). Each member's children are read as it is found
+ * (what they are is stopped sooner), and again once it has stopped, which makes its list final; passes go on until
+ * every member's list is final, or the walk's deadline passes.
  */
 static struct tree stop_tree(pid_t root, pid_t group) {
   struct tree tree = {0};
   if (group != 0) kill(-group, SIGSTOP);
-  struct member first = {root, -1};
+  struct member first = {root, -1, false};
 #if HAVE_PIDFD
   first.fd = (int)syscall(SYS_pidfd_open, root, 0);
 #endif
@@ -296,20 +293,31 @@ static struct tree stop_tree(pid_t root, pid_t group) {
   signal_member(&first, SIGSTOP);
   int64_t deadline = now_us() + WALK_DEADLINE_US;
   for (;;) {
-    size_t before = tree.count;
+    bool late = now_us() >= deadline, all_done = true, progress = false;
     for (size_t i = 0; i < tree.count; i++) {
+      if (tree.members[i].done) continue;
       struct member parent = tree.members[i];
-      if (!still_alive(&parent)) continue; /* its children were re-parented: to a member, or found already */
-      struct pid_set kids = {0};
-      children_of(parent.pid, &kids);
-      for (size_t k = 0; k < kids.count; k++) {
-        if (!in_tree(&tree, kids.pids[k])) add_child(&tree, &parent, kids.pids[k]);
+      bool final = settled(&parent) || late; /* read before its children: a list read after it is final */
+      if (still_alive(&parent)) {
+        struct pid_set kids = {0};
+        children_of(parent.pid, &kids);
+        for (size_t k = 0; k < kids.count; k++) {
+          if (!in_tree(&tree, kids.pids[k])) {
+            add_child(&tree, &parent, kids.pids[k]);
+            progress = true;
+          }
+        }
+        free(kids.pids);
       }
-      free(kids.pids);
+      if (final) {
+        tree.members[i].done = true;
+        progress = true;
+      } else {
+        all_done = false;
+      }
     }
-    if (tree.count == before && all_settled(&tree)) break;
-    if (now_us() >= deadline) break;
-    if (tree.count == before) sched_yield(); /* stops still landing */
+    if (all_done || late) break;
+    if (!progress) sched_yield(); /* stops still landing */
   }
   return tree;
 }

@@ -182,7 +182,10 @@ describe(`${HOST} host, native workers: every way a killTree command ends ends i
   it("the worker's death (the host ends what the worker left)", async () => {
     const marker = newMarker();
     const [cmd, args] = daemonizing(marker);
-    const proc = pool.spawn([cmd, ...args]);
+    // Its output not piped: a command writing to the dead worker's pipe could die of SIGPIPE before the host walks its
+    // tree, and its daemons that left its group would go to init (docs/process-control.md).
+    const proc = pool.spawn([cmd, ...args], { stdout: "ignore" });
+    await proc.spawned; // a command the host knows of: one its worker reported
     await running(marker);
     process.kill(pool.stats().workers[0].pid, "SIGKILL");
     await assert.rejects(proc.exited, { code: "ERR_WORKER_DIED" });
@@ -396,7 +399,8 @@ describe(`${HOST} host, native workers: a pool cgroup`, () => {
     const own = new Pool({ size: 1, runtime: "native", cgroup: root });
     const marker = newMarker();
     const [cmd, args] = daemonizing(marker);
-    const proc = own.spawn([cmd, ...args]);
+    const proc = own.spawn([cmd, ...args], { stdout: "ignore" });
+    await proc.spawned;
     await running(marker);
     const worker = own.stats().workers[0].pid;
     process.kill(worker, "SIGKILL");
