@@ -20,7 +20,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
-import { join, normalize } from "node:path";
+import { dirname, join, normalize } from "node:path";
 import process from "node:process";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -192,6 +192,49 @@ describe("spawnpool from JSR on a Deno host, its native worker from npm", { skip
     // The default never prompts nor fetches on a scoped --allow-run: Deno workers (whose own path it names).
     const denoWorkers = [`--allow-run=${binary},echo,${process.execPath}`, "--allow-net", "--no-config"];
     assertRan(await deno(denoWorkers, probe(entry, null)), "deno");
+  });
+
+  it("the README's lines for native workers under a scoped --allow-run run as pasted: git runs, anything else is NotCapable", async () => {
+    const readme = readFileSync(join(root, "README.md"), "utf8");
+    const block = [...readme.matchAll(/^```sh\n([\s\S]*?)^```$/gm)].map((m) => m[1]).find((b) =>
+      b.includes("deno eval")
+    );
+    assert.ok(block !== undefined, "the README's block");
+    assert.ok(block.includes(`@spawnpool/worker-linux-x64@${version}`), "the README names this version's package");
+    const app = join(scratch, "readme-app");
+    mkdirSync(app);
+    writeFileSync(
+      join(app, "app.ts"),
+      `import { Pool } from ${JSON.stringify(entry)};
+await using pool = new Pool({ runtime: "native" });
+if (!(await pool.command("git", { args: ["--version"] }).output()).success) throw new Error("git failed");
+try {
+  await pool.command("echo", { args: ["no"] }).output();
+  throw new Error("echo was allowed");
+} catch (error) {
+  if (!(error instanceof Deno.errors.NotCapable)) throw error;
+}
+console.log("ok", pool.stats().runtime);
+`,
+    );
+    const { npm_config_registry: _npm, ...inherited } = process.env;
+    const child = spawn("sh", ["-c", block.replaceAll("worker-linux-x64@", `${workerPackage.split("/")[1]}@`)], {
+      cwd: app,
+      env: {
+        ...inherited,
+        NO_COLOR: "1",
+        PATH: `${dirname(process.execPath)}:${process.env.PATH}`,
+        DENO_DIR: denoDir,
+        NPM_CONFIG_REGISTRY: registry.url,
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
+    child.stderr.setEncoding("utf8").on("data", (s: string) => (out += s));
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    assert.equal(code, 0, out);
+    assert.match(out, /^ok native$/m);
   });
 
   it('in an app with "nodeModulesDir": "auto", the default pool runs the binary from its node_modules', async () => {
