@@ -10,7 +10,7 @@
 
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -93,7 +93,7 @@ describe("a Deno host", () => {
    * build imports its native worker from npm: tests/jsr_native_test.ts), so that no run reaches a public registry.
    */
   const urlEnv = () => ({
-    DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")),
+    DENO_DIR: mkdtempSync(join(scratch, "deno-dir-")),
     NPM_CONFIG_REGISTRY: `${origin}/`,
   });
 
@@ -116,7 +116,7 @@ describe("a Deno host", () => {
       writeFileSync(file, script);
       return new Promise<{ status: number | null; out: string }>((resolve) => {
         const child = spawn("deno", ["check", "--quiet", "--no-config", "--no-lock", `--allow-import=${host}`, file], {
-          env: { ...process.env, NO_COLOR: "1", DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) },
+          env: { ...process.env, NO_COLOR: "1", DENO_DIR: mkdtempSync(join(scratch, "deno-dir-")) },
           stdio: ["ignore", "pipe", "pipe"],
         });
         let out = "";
@@ -250,6 +250,8 @@ await pool.close();
 `;
 
 describe("a Deno host's run permission binds every pooled command", () => {
+  // The file's last tests: its scratch folder (scripts, Deno caches, planted programs) goes with them.
+  after(() => rmSync(scratch, { recursive: true, force: true }));
   const PATHS = ["output", "spawn", "bun", "node", "execFile"];
   const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").split(",");
   const rest = ["--allow-net", "--allow-read", "--allow-env"];
