@@ -34,7 +34,7 @@ const workerPackage = `@spawnpool/worker-${platform}`;
 const version: string = JSON.parse(readFileSync(join(root, "package.json"), "utf8")).version;
 const specifier = `npm:${workerPackage}@${version}`;
 const skip = HOST !== "deno"
-  ? "a deno test (tools/test.mjs runs this file under deno test): the host under test is a deno child of any runner"
+  ? "runs under deno test only (tools/test.mjs runs every file under each runner): its host is a deno child process"
   : !PLATFORM_TARGETS.some((target) => `${target.platform}-${target.arch}` === platform) &&
     `spawnpool publishes no native worker for ${platform}`;
 
