@@ -7,6 +7,7 @@
 
 import type { Adapter, Platform, RuntimeName, WorkerLaunch, WorkerRuntime } from "../core/adapter.ts";
 import { SpawnPoolError } from "../core/errors.ts";
+import { NATIVE_WORKER_PACKAGE, NPM_WORKER_SPECIFIER, npmWorkerPath, WORKERS_FROM_NPM } from "./_npm_worker.ts";
 import { preflight } from "./_preflight.ts";
 import { startInHost } from "../worker/in_host.ts";
 import { dirnameOf, fileUrlToPath, joinPath, PATH_DELIMITER, system } from "./_system.ts";
@@ -114,9 +115,6 @@ export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string
   return found;
 }
 
-/** The npm package that holds the native worker for this platform (spawnpool's optionalDependencies). */
-export const NATIVE_WORKER_PACKAGE: string = `@spawnpool/worker-${system.platform}-${system.arch}`;
-
 /**
  * Where the native worker is looked for first: for the sources (a checkout's `adapters/runtime.ts`), the build of
  * `npm run build:native` in `native/build/spawnpool-worker`; for the bundle (`dist/lib/`), the copy a checkout's build
@@ -185,14 +183,16 @@ export function nativeWorkerPath(): string {
 /**
  * Whether a pool given no `runtime` may look for and start native workers without asking: anywhere but on a Deno
  * host without unscoped read and run permissions (there, looking would prompt or fail, so such a host keeps Deno
- * workers unless it asks for native ones).
+ * workers unless it asks for native ones). The JSR build on Deno looks by importing its npm package, which needs no
+ * permission: unscoped run is enough.
  */
 function nativeDefaultAllowed(host: RuntimeName): boolean {
   if (host !== "deno") return true;
   const permissions = (globalThis as unknown as {
     Deno: { permissions: { querySync(descriptor: { name: string }): { state: string } } };
   }).Deno.permissions;
-  return ["read", "run"].every((name) => permissions.querySync({ name }).state === "granted");
+  const needed = WORKERS_FROM_NPM ? ["run"] : ["read", "run"];
+  return needed.every((name) => permissions.querySync({ name }).state === "granted");
 }
 
 let cached: Platform | undefined;
@@ -221,13 +221,19 @@ function runExitHandlers(): void {
 export function currentPlatform(): Platform {
   if (cached !== undefined) return cached;
   const runtime = detectRuntime();
+  // The JSR build on Deno: its native worker is the npm package's, imported (adapters/_npm_worker.ts).
+  const fromNpm = runtime === "deno" && WORKERS_FROM_NPM;
   cached = {
     runtime,
     host: adapterFor(runtime),
     cores: navigator.hardwareConcurrency ?? 2,
     preflight,
     onExit,
-    nativeAvailable: () => nativeDefaultAllowed(runtime) && findNativeWorker() !== undefined,
+    // The JSR build on Deno imports its npm package when the pool starts its first native worker (launch), so it
+    // counts as present here: a failed import is a failed start, which the default falls back from.
+    nativeAvailable: () =>
+      nativeDefaultAllowed(runtime) &&
+      (fromNpm ? NPM_WORKER_SPECIFIER !== undefined : findNativeWorker() !== undefined),
     inHost: {
       // The host's commands share its process group; a Deno host's Deno.Command has no argv0, and no runtime's spawn
       // has killTree or limits (the host would fail the spawn with ENOTSUP, where the pool's workers may run it).
@@ -237,11 +243,15 @@ export function currentPlatform(): Platform {
       // Imported with the rest: in a bundle it costs next to nothing, where a dynamic import() costs 1-2 ms.
       start: () => startInHost(adapterFor(runtime)),
     },
-    launch(workerRuntime: WorkerRuntime, execPath: string | undefined, cgroup?: string): WorkerLaunch {
+    launch(
+      workerRuntime: WorkerRuntime,
+      execPath: string | undefined,
+      cgroup?: string,
+    ): WorkerLaunch | Promise<WorkerLaunch> {
       if (workerRuntime === "native") {
-        return {
+        const native = (path: string): WorkerLaunch => ({
           runtime: "native",
-          execPath: execPath ?? nativeWorkerPath(),
+          execPath: path,
           args: [],
           // The native worker marks fd 3 close-on-exec at once, so a socketpair never leaks into its commands.
           channel: adapterFor(runtime).socketpair.host ? "fd3" : "unix",
@@ -250,7 +260,9 @@ export function currentPlatform(): Platform {
           cgroup,
           // It gives every command a process group of its own.
           ownGroup: false,
-        };
+        });
+        if (execPath !== undefined) return native(execPath);
+        return fromNpm ? npmWorkerPath(denoAdapter.unrefTimer!).then(native) : native(nativeWorkerPath());
       }
       const worker = adapterFor(workerRuntime);
       if (workerRuntime !== "deno" && !WORKER_ENTRY.startsWith("/")) {

@@ -280,9 +280,10 @@ export interface Platform {
   host: Adapter;
   /**
    * How to launch a worker of `runtime` (its executable, arguments and environment); `cgroup` is the pool's (native
-   * workers only), the cgroup v2 directory the worker puts its commands in.
+   * workers only), the cgroup v2 directory the worker puts its commands in. A promise where the executable must be
+   * fetched first (the JSR build's native worker, from npm); its rejection is a failed start.
    */
-  launch(runtime: WorkerRuntime, execPath: string | undefined, cgroup?: string): WorkerLaunch;
+  launch(runtime: WorkerRuntime, execPath: string | undefined, cgroup?: string): WorkerLaunch | Promise<WorkerLaunch>;
   /** The host's runtime. */
   runtime: RuntimeName;
   /**
@@ -293,8 +294,9 @@ export interface Platform {
   /** Logical cores, for the default size. */
   cores: number;
   /**
-   * Whether a native worker for this platform is present, for a pool given no `runtime`: it then starts native
-   * workers, and falls back to the host's runtime if the first does not say hello. Checked once per process.
+   * Whether a native worker for this platform is present (or, for the JSR build on Deno, may be fetched), for a pool
+   * given no `runtime`: it then starts native workers, and falls back to the host's runtime if the first does not
+   * start or say hello. Checked once per process.
    */
   nativeAvailable?(): boolean;
   /**

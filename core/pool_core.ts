@@ -515,7 +515,9 @@ export class PoolCore implements Scheduler {
       }
       if (!this.#wanted) return undefined;
       const first = this.#workers.length === 0 && this.#starting === 1; // this start is counted in #starting
-      const launch = { ...this.#platform.launch(runtime, this.#execPath, this.#cgroup), first };
+      // Awaited only when the executable is fetched first (the JSR build's native worker): no turn taken otherwise.
+      const launched = this.#platform.launch(runtime, this.#execPath, this.#cgroup);
+      const launch = { ...(launched instanceof Promise ? await launched : launched), first };
       const process = await this.#platform.host.startWorker(launch);
       // The hello's deadline on the host runtime's cheapest timer (setTimeout where it has none).
       const { host } = this.#platform;

@@ -148,13 +148,16 @@ function runAsync(cmd, args, options) {
 }
 
 /**
- * Cross-compiles the release worker for every target in PLATFORM_TARGETS (in parallel; skipping what is newer than its
- * sources) into native/build/cross/<platform>-<arch>/spawnpool-worker. Returns one entry per target: its path, or the
- * compiler's error for a target that failed to build.
+ * Cross-compiles the release worker for every target in PLATFORM_TARGETS, or those of `only` ("<platform>-<arch>"), (in
+ * parallel; skipping what is newer than its sources) into native/build/cross/<platform>-<arch>/spawnpool-worker. Returns
+ * one entry per target: its path, or the compiler's error for a target that failed to build.
+ *
+ * @param {{ quiet?: boolean, only?: string[] }} [options]
  */
-export async function crossCompile({ quiet = false } = {}) {
+export async function crossCompile({ quiet = false, only } = {}) {
   const zig = ensureZig({ quiet });
-  return await Promise.all(PLATFORM_TARGETS.map(async (entry) => {
+  const targets = PLATFORM_TARGETS.filter(({ platform, arch }) => only?.includes(`${platform}-${arch}`) ?? true);
+  return await Promise.all(targets.map(async (entry) => {
     const dir = join(crossOut, `${entry.platform}-${entry.arch}`);
     const path = join(dir, "spawnpool-worker");
     mkdirSync(dir, { recursive: true });
@@ -184,14 +187,25 @@ export async function crossCompile({ quiet = false } = {}) {
   }));
 }
 
+/** The entry of each worker package: its binary's path, which spawnpool's JSR build imports it for (on Deno). */
+const WORKER_ENTRY =
+  `// The path of spawnpool's native worker in this package. spawnpool's JSR build imports this package on Deno, which
+// installs npm packages into a cache of its own, to find it there.
+export const path = decodeURIComponent(new URL("./bin/spawnpool-worker", import.meta.url).pathname);
+`;
+
 /**
  * Writes the per-platform packages under dist/npm/worker-<platform>-<arch>/ (package.json with "os" and "cpu",
- * bin/spawnpool-worker, README.md, LICENSE) at spawnpool's version, from crossCompile()'s builds. A target that failed
- * to build is reported, and its package is not written.
+ * bin/spawnpool-worker, index.js exporting its path, README.md, LICENSE) at spawnpool's version, from crossCompile()'s
+ * builds: every platform's, or those of `only`, under `into` instead of dist/npm/ if given. A target that failed to build
+ * is reported, and its package is not written.
+ *
+ * @param {{ quiet?: boolean, only?: string[], into?: string }} [options]
+ * @returns {Promise<Array<{ name: string, dir: string, binary: string, platform: string, arch: string }>>}
  */
-export async function buildPlatformPackages({ quiet = false } = {}) {
+export async function buildPlatformPackages({ quiet = false, only, into = join(root, "dist", "npm") } = {}) {
   const main = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
-  const built = await crossCompile({ quiet });
+  const built = await crossCompile({ quiet, only });
   const packages = [];
   for (const entry of built) {
     const name = workerPackageName(entry.platform, entry.arch);
@@ -199,19 +213,21 @@ export async function buildPlatformPackages({ quiet = false } = {}) {
       console.error(`Could not build ${name} (${entry.target}):\n${entry.error}`);
       continue;
     }
-    const dir = join(root, "dist", "npm", `worker-${entry.platform}-${entry.arch}`);
+    const dir = join(into, `worker-${entry.platform}-${entry.arch}`);
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(join(dir, "bin"), { recursive: true });
     copyFileSync(entry.path, join(dir, "bin", "spawnpool-worker"));
     chmodSync(join(dir, "bin", "spawnpool-worker"), 0o755);
     copyFileSync(join(root, "LICENSE"), join(dir, "LICENSE"));
+    writeFileSync(join(dir, "index.js"), WORKER_ENTRY);
     const os = entry.platform === "darwin" ? "macOS 27 or later" : "Linux (static, musl)";
     writeFileSync(
       join(dir, "README.md"),
       `# ${name}\n\nThe native worker of [spawnpool](https://www.npmjs.com/package/spawnpool) for ${os} on ${entry.arch}, ` +
         `built from spawnpool's native/*.c with \`zig cc -target ${entry.target}\` (Zig ${ZIG_VERSION}).\n\n` +
         "Do not install it yourself: the published spawnpool lists it in its optionalDependencies, and npm, Bun and Deno install the " +
-        "one for your platform.\n",
+        "one for your platform; spawnpool from JSR imports the one for your platform on Deno (its `index.js` exports the " +
+        "binary's `path`).\n",
     );
     const pkg = {
       name,
@@ -221,7 +237,9 @@ export async function buildPlatformPackages({ quiet = false } = {}) {
       repository: main.repository,
       os: [entry.platform],
       cpu: [entry.arch],
-      files: ["bin/spawnpool-worker", "README.md", "LICENSE"],
+      type: "module",
+      exports: { ".": "./index.js", "./package.json": "./package.json" },
+      files: ["bin/spawnpool-worker", "index.js", "README.md", "LICENSE"],
       preferUnplugged: true,
     };
     writeFileSync(join(dir, "package.json"), JSON.stringify(pkg, null, 2) + "\n");

@@ -50,9 +50,11 @@ function installPinned() {
  * (`dist/worker/main.js`) and the agent's command line (`dist/remote/cli.js`) are bundles of their own. Every file that
  * holds `adapters/runtime.ts` sits one directory below dist/, where it finds `../worker/main.js` and `../native/`.
  * With `into`, the same build goes into that directory instead, without the native worker (the JSR package,
- * tools/stage.mjs), and the checkout's dist/ is left alone.
+ * tools/stage.mjs), and the checkout's dist/ is left alone. `npmWorkers` (the JSR package: the worker packages, name to
+ * version) is defined as `SPAWNPOOL_NPM_WORKERS` (JSON text), which makes a Deno host import its native worker from npm
+ * (adapters/_npm_worker.ts).
  */
-export function buildDist(into) {
+export function buildDist(into, { npmWorkers } = {}) {
   ensureInstalled();
   const dist = into ?? join(root, "dist");
   rmSync(dist, { recursive: true, force: true });
@@ -60,10 +62,22 @@ export function buildDist(into) {
     cwd: root,
     stdio: "inherit",
   });
+  const define = npmWorkers === undefined
+    ? []
+    : [`--define=SPAWNPOOL_NPM_WORKERS=${JSON.stringify(JSON.stringify(npmWorkers))}`];
   const bundle = (entries, outdir, extra = []) =>
     execFileSync(
       join(bin, "bun"),
-      ["build", ...entries, "--target=node", "--format=esm", "--external=@nats-io/*", `--outdir=${outdir}`, ...extra],
+      [
+        "build",
+        ...entries,
+        "--target=node",
+        "--format=esm",
+        "--external=@nats-io/*",
+        `--outdir=${outdir}`,
+        ...define,
+        ...extra,
+      ],
       { cwd: root, stdio: ["ignore", "ignore", "inherit"] },
     );
   bundleSplit(["mod.ts", "node.ts"], dist, bundle);

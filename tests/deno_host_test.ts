@@ -1,7 +1,8 @@
 /**
  * A Deno host as users run it: spawnpool imported from a remote URL (as from JSR, here a local HTTP server
  * serving the JSR package as `node tools/stage.mjs --jsr` writes it, into an empty DENO_DIR), typed by its
- * declarations, with Deno workers started from that URL, and Bun workers
+ * declarations, with Deno workers started from that URL, native ones that fail naming the npm package when the
+ * registry (this server) has none (tests/jsr_native_test.ts has one that does), and Bun workers
  * refused with an error that names the npm package; a host missing a permission, whose error names the flag
  * to add; and a host whose `--allow-run` is scoped, whose commands the pool runs only where Deno would. Runs
  * `deno` as a child of any test runtime.
@@ -9,7 +10,7 @@
 
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -87,12 +88,21 @@ describe("a Deno host", () => {
 
   after(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
+  /**
+   * A host importing the URL: an empty DENO_DIR, and this server as its npm registry, which has no package (the JSR
+   * build imports its native worker from npm: tests/jsr_native_test.ts), so that no run reaches a public registry.
+   */
+  const urlEnv = () => ({
+    DENO_DIR: mkdtempSync(join(scratch, "deno-dir-")),
+    NPM_CONFIG_REGISTRY: `${origin}/`,
+  });
+
   it("imports spawnpool from a URL and runs Deno workers from that URL", async () => {
     const host = new URL(origin).host;
     const { status, out } = await deno(
       [`--allow-import=${host}`, "--allow-run", "--allow-net", "--allow-read", "--allow-env"],
       probe(`${origin}/dist/mod.js`),
-      { DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) },
+      urlEnv(),
     );
     assert.equal(out.trim(), "from a deno worker deno");
     assert.equal(status, 0);
@@ -106,7 +116,7 @@ describe("a Deno host", () => {
       writeFileSync(file, script);
       return new Promise<{ status: number | null; out: string }>((resolve) => {
         const child = spawn("deno", ["check", "--quiet", "--no-config", "--no-lock", `--allow-import=${host}`, file], {
-          env: { ...process.env, NO_COLOR: "1", DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) },
+          env: { ...process.env, NO_COLOR: "1", DENO_DIR: mkdtempSync(join(scratch, "deno-dir-")) },
           stdio: ["ignore", "pipe", "pipe"],
         });
         let out = "";
@@ -128,13 +138,19 @@ describe("a Deno host", () => {
     assert.match(wrong.out, /TS2322/);
   });
 
-  it("imports spawnpool from a URL: the default is Deno workers (no native binary from a URL); native ones fail naming npm", async () => {
+  it("imports spawnpool from a URL, its npm registry without the native worker's package: the default is Deno workers; native ones fail naming the package", async () => {
     const host = new URL(origin).host;
     const flags = [`--allow-import=${host}`, "--allow-run", "--allow-net", "--allow-read", "--allow-env"];
-    const env = { DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) };
+    const env = urlEnv();
     assert.equal((await deno(flags, probe(`${origin}/dist/mod.js`, null), env)).out.trim(), "from a deno worker deno");
     const { out } = await deno(flags, probe(`${origin}/dist/mod.js`, "native"), env);
-    assert.match(out, /^ERR ERR_WORKER_START No native worker for .*npm install.*deno add npm:spawnpool.*execPath/m);
+    const specifier = `npm:@spawnpool/worker-${process.platform}-${process.arch}@`;
+    assert.match(
+      out,
+      new RegExp(`^ERR ERR_WORKER_START Could not import the native worker from npm \\(${specifier}`, "m"),
+    );
+    assert.match(out, new RegExp(`; add it to the app \\(deno add ${specifier}.*execPath`, "m"));
+    assert.ok(served.includes(`/@spawnpool/worker-${process.platform}-${process.arch}`), "the registry was asked");
   });
 
   it("from a checkout with -A, the default is native workers", async () => {
@@ -147,7 +163,7 @@ describe("a Deno host", () => {
     const { out } = await deno(
       [`--allow-import=${host}`, "--allow-run", "--allow-net", "--allow-read", "--allow-env"],
       probe(`${origin}/dist/mod.js`, "bun"),
-      { DENO_DIR: mkdtempSync(join(tmpdir(), "spawnpool-deno-dir-")) },
+      urlEnv(),
     );
     assert.match(out, /^ERR ERR_WORKER_START bun workers need spawnpool from npm .*deno add npm:spawnpool/m);
   });
@@ -234,6 +250,8 @@ await pool.close();
 `;
 
 describe("a Deno host's run permission binds every pooled command", () => {
+  // The file's last tests: its scratch folder (scripts, Deno caches, planted programs) goes with them.
+  after(() => rmSync(scratch, { recursive: true, force: true }));
   const PATHS = ["output", "spawn", "bun", "node", "execFile"];
   const WORKERS = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").split(",");
   const rest = ["--allow-net", "--allow-read", "--allow-env"];

@@ -280,12 +280,12 @@ describe(`${HOST} host: cgroup is checked at new Pool and given to native worker
     await pool.close();
   });
 
-  it("the launch of a native worker carries SPAWNPOOL_CGROUP, and only with a cgroup", () => {
+  it("the launch of a native worker carries SPAWNPOOL_CGROUP, and only with a cgroup", async () => {
     const platform = currentPlatform();
-    assert.deepEqual(platform.launch("native", "/bin/true", "/sys/fs/cgroup/jobs").env, {
+    assert.deepEqual((await platform.launch("native", "/bin/true", "/sys/fs/cgroup/jobs")).env, {
       SPAWNPOOL_CGROUP: "/sys/fs/cgroup/jobs",
     });
-    assert.equal(platform.launch("native", "/bin/true").env, undefined);
+    assert.equal((await platform.launch("native", "/bin/true")).env, undefined);
   });
 
   it("a native worker starts with SPAWNPOOL_CGROUP in its environment", async () => {

@@ -8,7 +8,9 @@
 // The JSR package likewise: `node tools/stage.mjs --jsr <dir>` writes what `deno publish` publishes from <dir>: the same
 // bundled build (built into <dir>, the checkout's dist/ untouched), its entries typed by their .d.ts
 // (`@ts-self-types`), a deno.json whose exports are those entries, README.md, CHANGELOG.md and LICENSE. Deno loads the
-// sources' 42 modules in about 6 ms, the bundle in about 1.5 (bench/results/2026-11-26-cold-start-3.md).
+// sources' 42 modules in about 6 ms, the bundle in about 1.5 (bench/results/2026-11-26-cold-start-3.md). It holds no
+// binary: on Deno it imports this platform's worker package from npm (`npm:@spawnpool/worker-<platform>-<arch>@<version>`,
+// the npm package's optionalDependencies, named in the bundle; adapters/_npm_worker.ts), so publish those to npm first.
 // `node tools/stage.mjs --jsr-dry-run` stages into a scratch directory and runs `deno publish --dry-run` there.
 import { spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -58,8 +60,10 @@ const JSR_ENTRIES = {
 export function stageJsr(dest) {
   checkDest(dest);
   const source = JSON.parse(readFileSync(join(root, "deno.json"), "utf8"));
+  const main = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
   rmSync(dest, { recursive: true, force: true });
-  buildDist(join(dest, "dist"));
+  // Its native worker is the npm one's, from the same worker packages at the npm package's version.
+  buildDist(join(dest, "dist"), { npmWorkers: workerDependencies(main.version) });
   for (const entry of Object.values(JSR_ENTRIES)) {
     const file = join(dest, entry);
     const types = `./${entry.split("/").pop().replace(/\.js$/, ".d.ts")}`;
