@@ -148,13 +148,14 @@ function runAsync(cmd, args, options) {
 }
 
 /**
- * Cross-compiles the release worker for every target in PLATFORM_TARGETS (in parallel; skipping what is newer than its
- * sources) into native/build/cross/<platform>-<arch>/spawnpool-worker. Returns one entry per target: its path, or the
- * compiler's error for a target that failed to build.
+ * Cross-compiles the release worker for every target in PLATFORM_TARGETS, or those of `targets` (`"linux-arm64"`, ...)
+ * (in parallel; skipping what is newer than its sources) into native/build/cross/<platform>-<arch>/spawnpool-worker.
+ * Returns one entry per target: its path, or the compiler's error for a target that failed to build.
  */
-export async function crossCompile({ quiet = false } = {}) {
+export async function crossCompile({ quiet = false, targets = undefined } = {}) {
   const zig = ensureZig({ quiet });
-  return await Promise.all(PLATFORM_TARGETS.map(async (entry) => {
+  const wanted = PLATFORM_TARGETS.filter(({ platform, arch }) => !targets || targets.includes(`${platform}-${arch}`));
+  return await Promise.all(wanted.map(async (entry) => {
     const dir = join(crossOut, `${entry.platform}-${entry.arch}`);
     const path = join(dir, "spawnpool-worker");
     mkdirSync(dir, { recursive: true });
