@@ -50,8 +50,12 @@ async function emulatedMissing() {
   }
   const { missing } = ensureQemu({ install: true });
   if (missing) return missing;
-  const [built] = await crossCompile({ quiet: true, targets: [`linux-${target.arch}`] });
-  return built.error && `the linux-${target.arch} worker did not build: ${built.error}`;
+  try {
+    const [built] = await crossCompile({ quiet: true, targets: [`linux-${target.arch}`] });
+    return built.error && `the linux-${target.arch} worker did not build: ${built.error}`;
+  } catch (error) {
+    return `no Zig to build the linux-${target.arch} worker: ${error.message}`;
+  }
 }
 
 /**
