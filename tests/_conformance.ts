@@ -6,7 +6,9 @@
  * that is missing fails the suite rather than being skipped. An entry "remote-X" (X: node, bun or deno) tests a remote
  * pool instead: the file starts a nats-server (support/nats_server.mjs) and, for the block, one agent
  * (`remote/cli.ts agent`) running under X with X workers; its pool is `new Pool({ remote })` on the agent's subject.
- * The agent and the server are stopped after the file.
+ * The agent and the server are stopped after the file. The entry "native-qemu" tests native workers of the other Linux
+ * architecture's build (linux-arm64 on an x64 machine), run under qemu-user (support/qemu_user.mjs); a missing qemu
+ * or binary fails the suite too.
  *
  * @module
  */
@@ -21,10 +23,14 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Pool, type WorkerRuntime } from "../mod.ts";
 import { type NatsServer, startNatsServer } from "../support/nats_server.mjs";
+import { emulatedTarget, emulatedWorker } from "../support/qemu_user.mjs";
 import { HOST } from "./_helpers.ts";
 import { type AgentProcess, assertStopped, startAgentUnder } from "./_remote.ts";
 
-/** The worker runtimes under test: a worker runtime, or "remote-" and an agent's runtime for a remote pool. */
+/**
+ * The worker runtimes under test: a worker runtime, "remote-" and an agent's runtime for a remote pool, or "native-qemu"
+ * for native workers of the other Linux architecture under qemu-user.
+ */
 export const WORKERS: string[] = (process.env.SPAWNPOOL_TEST_WORKERS ?? "node,bun,deno,native").split(",");
 /** Bytes as UTF-8 text. */
 export const text = (bytes: Uint8Array): string => new TextDecoder().decode(bytes);
@@ -47,6 +53,8 @@ export interface Workers {
   runtime: WorkerRuntime;
   /** Whether the pool is remote: its commands run on an agent, through a nats-server. */
   remote: boolean;
+  /** Whether the workers are another architecture's native build, run under qemu-user. */
+  emulated: boolean;
   /** Another pool on the same kind of workers: local with `size` workers, or remote on the block's agent (any size). */
   newPool(size: number): Pool;
 }
@@ -88,12 +96,18 @@ export async function forEachWorker(
   let remoteBlocks = remotes.length;
   for (const entry of WORKERS) {
     const remote = entry.startsWith("remote-");
-    const runtime = (remote ? entry.slice("remote-".length) : entry) as WorkerRuntime;
+    const emulated = entry === "native-qemu";
+    const runtime = (remote ? entry.slice("remote-".length) : emulated ? "native" : entry) as WorkerRuntime;
     const subject = `conformance.${runtime}.${randomBytes(6).toString("base64url")}`;
+    const execPath = emulated ? emulatedWorker() : undefined;
     const workers: Workers = remote
-      ? { runtime, remote, newPool: () => new Pool({ remote: { servers: server!.url, subject } }) }
-      : { runtime, remote, newPool: (size) => new Pool({ size, runtime }) };
-    const name = remote ? `remote pool, ${runtime} agent` : `${runtime} workers`;
+      ? { runtime, remote, emulated, newPool: () => new Pool({ remote: { servers: server!.url, subject } }) }
+      : { runtime, remote, emulated, newPool: (size) => new Pool({ size, runtime, execPath }) };
+    const name = remote
+      ? `remote pool, ${runtime} agent`
+      : emulated
+      ? `native workers (linux-${emulatedTarget()?.arch} under qemu-user)`
+      : `${runtime} workers`;
     describe(`${HOST} host, ${name}: ${title}`, () => {
       const pool = workers.newPool(2);
       if (remote) {

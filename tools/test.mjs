@@ -1,12 +1,16 @@
 // `npm test`: the whole quality gate, what CI runs. Format, lint, type-checks and doc lint; every test file
 // under Deno, Bun and Node (the conformance suite against node, bun, deno and native workers); the conformance suite
-// again on remote pools, an agent of each runtime behind a nats-server; the drop-in's differential suite again on
+// again on remote pools, an agent of each runtime behind a nats-server, and under Node on native workers of the other
+// Linux architecture's build run under qemu-user; the drop-in's differential suite again on
 // native workers, and on pools that run commands in the host (`startInHost`); the JSDoc examples; a JSR publish dry run; and the npm package
-// installed into scratch Node and Bun apps. Setup builds the native worker first (support/build_native.mjs). Prints a total and exits non-zero on any failure.
+// installed into scratch Node and Bun apps. Setup builds the native worker first (support/build_native.mjs). Prints each
+// step's time, a total, and exits non-zero on any failure.
 import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { crossCompile } from "../support/build_native.mjs";
 import { natsRequired, natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
+import { emulatedTarget, ensureQemu, qemuRequired } from "../support/qemu_user.mjs";
 import { bin, ensureInstalled, root } from "../support/setup.mjs";
 
 ensureInstalled();
@@ -33,6 +37,26 @@ const withExamples = [
 // not on CI).
 const conformance = tests.filter((file) => /\/conformance_\w+_test\.ts$/.test(file));
 const natsMissing = natsServerPath() === undefined ? natsServerMissing() : undefined;
+
+/**
+ * Readies the emulated native worker's step: qemu-user (installed with apt-get as root on Debian when missing,
+ * support/qemu_user.mjs) and the other Linux architecture's build (support/build_native.mjs). Returns why it cannot
+ * run, or undefined when it can.
+ */
+async function emulatedMissing() {
+  const target = emulatedTarget();
+  if (target === undefined) {
+    return `no other Linux architecture's worker to emulate on ${process.platform}-${process.arch}`;
+  }
+  const { missing } = ensureQemu({ install: true });
+  if (missing) return missing;
+  try {
+    const [built] = await crossCompile({ quiet: true, only: [`linux-${target.arch}`] });
+    return built.error && `the linux-${target.arch} worker did not build: ${built.error}`;
+  } catch (error) {
+    return `no Zig to build the linux-${target.arch} worker: ${error.message}`;
+  }
+}
 
 /**
  * Test files under each host runtime's runner (deno test, bun test, node --test), each step with its runner's summary
@@ -94,6 +118,14 @@ const steps = [
     env: { SPAWNPOOL_TEST_WORKERS: `remote-${host}` },
     nats: true,
   })),
+  // The conformance suite on native workers of the other Linux architecture's build (linux-arm64 on an x64 machine), run
+  // under qemu-user: the same C, compiled for the other target, through the same protocol paths. Under Node only: one
+  // host runner is enough to reach every path of the worker, and it keeps the suite's time down.
+  ...underEachHost(
+    () => `the conformance files, native workers for linux-${emulatedTarget()?.arch} under qemu-user`,
+    conformance,
+    () => ({ env: { SPAWNPOOL_TEST_WORKERS: "native-qemu" }, qemu: true }),
+  ).filter((step) => step.cmd === "node"),
   // The ./node drop-in's differential suite once more, its default pool on native workers, under each host.
   ...underEachHost(
     () => "tests/node_compat_test.ts and node_extras_test.ts, native workers",
@@ -128,6 +160,19 @@ for (const step of steps) {
     }
     continue;
   }
+  if (step.qemu) {
+    const missing = await emulatedMissing();
+    if (missing && qemuRequired()) {
+      console.log(`FAIL: CI must run this step: ${missing}`);
+      failures.push(`${step.name}: ${missing}`);
+      continue;
+    }
+    if (missing) {
+      console.log(`SKIP ${step.name}: ${missing}`);
+      continue;
+    }
+  }
+  const started = performance.now();
   // A step that hangs fails (and is killed) after 20 minutes instead of holding CI forever.
   const result = spawnSync(join(bin, step.cmd), step.args, {
     cwd: root,
@@ -140,6 +185,7 @@ for (const step of steps) {
   if (result.error) console.log(`${step.name}: ${result.error.message}`);
   const output = `${result.stdout ?? ""}${result.stderr ?? ""}`;
   process.stdout.write(output);
+  const seconds = ((performance.now() - started) / 1000).toFixed(1);
   const ok = result.status === 0;
   if (!ok) failures.push(step.name);
   if (step.count) {
@@ -150,10 +196,12 @@ for (const step of steps) {
       continue;
     }
     const [p, f] = step.totals ? step.totals(m) : [Number(m[1]), Number(m[2])];
-    console.log(`--- ${step.name}: ${p} passed, ${f} failed`);
+    console.log(`--- ${step.name}: ${p} passed, ${f} failed, ${seconds} s`);
     passed += p;
     failed += f;
     if (p === 0) failures.push(`${step.name}: ran no test`);
+  } else {
+    console.log(`--- ${step.name}: ${ok ? "ok" : "failed"}, ${seconds} s`);
   }
 }
 console.log(`\n${failures.length ? `FAILED: ${failures.join("; ")}` : "All checks passed"}`);
