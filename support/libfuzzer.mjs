@@ -11,27 +11,14 @@
  */
 
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
+import { aptInstall, runs } from "./apt.mjs";
 
 /** The Debian 12 (bookworm) packages of clang 14 and its compiler-rt (libFuzzer, the sanitizers), pinned. */
 export const CLANG_PACKAGES = ["clang-14=1:14.0.6-12", "libclang-rt-14-dev=1:14.0.6-12"];
-const APT_INSTALL = ["install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=600", ...CLANG_PACKAGES];
-
-/**
- * @param {string} cmd
- * @param {string[]} args
- */
-function runs(cmd, args) {
-  try {
-    execFileSync(cmd, args, { stdio: "ignore", timeout: 60_000 });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /**
  * Why `clang` cannot build a libFuzzer program, or undefined when it can.
@@ -104,23 +91,8 @@ export function ensureLibFuzzer({ install = false } = {}) {
   const first = findClang();
   if (first.clang || !install || process.env.CLANG) return first;
   const refuse = (why) => (found = { missing: `${first.missing} Not installed: ${why}.` });
-  if (process.getuid?.() !== 0) return refuse("not root");
-  if (!runs("apt-get", ["--version"]) || !existsSync("/etc/debian_version")) return refuse("no apt-get (not Debian)");
-  console.log(`Installing ${CLANG_PACKAGES.join(" ")} with apt-get (support/libfuzzer.mjs)...`);
-  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
-  const apt = (args) => execFileSync("apt-get", args, { stdio: ["ignore", "ignore", "pipe"], env, timeout: 900_000 });
-  try {
-    try {
-      apt(APT_INSTALL);
-    } catch {
-      // A clean machine may have no package lists yet, or old ones.
-      apt(["update"]);
-      apt(APT_INSTALL);
-    }
-  } catch (error) {
-    const stderr = /** @type {{ stderr?: Buffer }} */ (error).stderr?.toString().trim().split("\n").slice(-3).join(" ");
-    return refuse(`apt-get failed: ${stderr || /** @type {Error} */ (error).message}`);
-  }
+  const failed = aptInstall(CLANG_PACKAGES, "support/libfuzzer.mjs");
+  if (failed !== undefined) return refuse(failed);
   found = undefined;
   return findClang();
 }

@@ -12,15 +12,14 @@
  * @module
  */
 
-import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import process from "node:process";
+import { aptInstall, runs } from "./apt.mjs";
 import { fileURLToPath } from "node:url";
 
 /** Debian 12 (bookworm)'s qemu-user (qemu 7.2: `qemu-aarch64`, `qemu-x86_64`, ...), pinned. */
 export const QEMU_PACKAGES = ["qemu-user=1:7.2+dfsg-7+deb12u18+b3"];
-const APT_INSTALL = ["install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=600", ...QEMU_PACKAGES];
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -36,19 +35,6 @@ export function emulatedTarget() {
   ];
   if (other === undefined) return undefined;
   return { ...other, binary: join(root, "native", "build", "cross", `linux-${other.arch}`, "spawnpool-worker") };
-}
-
-/**
- * @param {string} cmd
- * @param {string[]} args
- */
-function runs(cmd, args) {
-  try {
-    execFileSync(cmd, args, { stdio: "ignore", timeout: 60_000 });
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /**
@@ -89,23 +75,8 @@ export function ensureQemu({ install = false } = {}) {
   const first = findQemu();
   if (first.qemu || !install || emulatedTarget() === undefined) return first;
   const refuse = (why) => ({ missing: `${first.missing} Not installed: ${why}.` });
-  if (process.getuid?.() !== 0) return refuse("not root");
-  if (!runs("apt-get", ["--version"]) || !existsSync("/etc/debian_version")) return refuse("no apt-get (not Debian)");
-  console.log(`Installing ${QEMU_PACKAGES.join(" ")} with apt-get (support/qemu_user.mjs)...`);
-  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
-  const apt = (args) => execFileSync("apt-get", args, { stdio: ["ignore", "ignore", "pipe"], env, timeout: 900_000 });
-  try {
-    try {
-      apt(APT_INSTALL);
-    } catch {
-      // A clean machine may have no package lists yet, or old ones.
-      apt(["update"]);
-      apt(APT_INSTALL);
-    }
-  } catch (error) {
-    const stderr = /** @type {{ stderr?: Buffer }} */ (error).stderr?.toString().trim().split("\n").slice(-3).join(" ");
-    return refuse(`apt-get failed: ${stderr || /** @type {Error} */ (error).message}`);
-  }
+  const failed = aptInstall(QEMU_PACKAGES, "support/qemu_user.mjs");
+  if (failed !== undefined) return refuse(failed);
   return findQemu();
 }
 

@@ -34,6 +34,9 @@ import { alive, HOST, survivors, withTimeout } from "./_helpers.ts";
 import { type AgentProcess, freshSubject, skipWithout, sleep, startAgent } from "./_remote.ts";
 
 /** The JavaScript worker runtimes under test (SPAWNPOOL_TEST_WORKERS, as the conformance files pick them). */
+/** The fields every request built here shares: `echo`, collected. */
+const ECHO = { cmd: "echo", args: [], stdin: "null", stdout: "piped", stderr: "piped", buffered: true } as const;
+
 const JS_WORKERS = WORKERS.filter((entry): entry is "node" | "bun" | "deno" =>
   entry === "node" || entry === "bun" || entry === "deno"
 );
@@ -130,12 +133,7 @@ describe(`${HOST} host: killTree and limits are checked at the call, on every sh
     };
     const request = (options: Record<string, unknown>) =>
       buildRequest({
-        cmd: "echo",
-        args: [],
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-        buffered: true,
+        ...ECHO,
         ...options,
       });
     assert.deepEqual({ ...request({ limits }).limits }, limits);
@@ -156,12 +154,7 @@ describe(`${HOST} host: killTree and limits are checked at the call, on every sh
     proto.cpuSeconds = 1;
     try {
       const request = buildRequest({
-        cmd: "echo",
-        args: [],
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-        buffered: true,
+        ...ECHO,
         limits: { coreBytes: 0 },
       });
       assert.equal(Object.hasOwn(request, "killTree"), false);
@@ -320,24 +313,14 @@ describe("the wire: limit in exits, killTree and limits in requests", () => {
 
   const request = (extra: Record<string, unknown>): Uint8Array => {
     const base: SpawnRequest = buildRequest({
-      cmd: "echo",
-      args: [],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-      buffered: true,
+      ...ECHO,
     });
     return encodeJson({ ...base, ...extra });
   };
 
   it("a worker takes a request with killTree and limits as the host builds them", () => {
     const built = buildRequest({
-      cmd: "echo",
-      args: [],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-      buffered: true,
+      ...ECHO,
       killTree: true,
       limits: { cpuSeconds: 2, memoryBytes: 0 },
     });
@@ -525,12 +508,7 @@ describe(`${HOST} host, a remote pool on a node agent: killTree and limits trave
 
   it("the agent refuses a request whose limits a host would refuse", async () => {
     const request = buildRequest({
-      cmd: "echo",
-      args: [],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-      buffered: true,
+      ...ECHO,
     });
     for (const limits of [{ cpuSeconds: 0 }, { processes: 0 }]) {
       const inbox = `_INBOX.limits.${process.pid}.${freshSubject()}`;
