@@ -28,32 +28,15 @@ static int host_fd = -1;
 static uint8_t *read_buf;
 static size_t read_buf_size;
 
-struct bytes {
-  uint8_t *data;
-  size_t len, cap;
-};
-
-static void bytes_put(struct bytes *b, const uint8_t *p, size_t n) {
-  if (b->cap - b->len < n) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap - b->len < n) cap *= 2;
-    b->data = realloc(b->data, cap);
-    if (b->data == NULL) fuzz_fail("out of memory");
-    b->cap = cap;
-  }
-  memcpy(b->data + b->len, p, n);
-  b->len += n;
-}
-
 /* Reads what the worker wrote to the channel, into `into` (NULL: dropped); returns how many bytes. */
-static size_t drain(struct bytes *into) {
+static size_t drain(struct buf *into) {
   static uint8_t buf[64 * 1024];
   size_t total = 0;
   for (;;) {
     ssize_t n = read(host_fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return total;
-    if (into != NULL) bytes_put(into, buf, (size_t)n);
+    if (into != NULL) buf_put(into, buf, (size_t)n);
     total += (size_t)n;
   }
 }
@@ -64,7 +47,7 @@ static void call_flush_out(void *arg) {
 }
 
 /* Sends what the worker has pending, as its loop would (flush_out()), until nothing more comes. */
-static void flush_all(struct bytes *into) {
+static void flush_all(struct buf *into) {
   for (;;) {
     int code;
     if (!fuzz_guarded(call_flush_out, NULL, &code)) fuzz_fail("flush_out() stopped the worker (exit %d)", code);
@@ -95,7 +78,7 @@ static void decode_read(void *arg) {
 struct run {
   bool stopped;
   int code;
-  struct bytes sent; /* the frames the worker sent the host */
+  struct buf sent; /* the frames the worker sent the host */
 };
 
 static uint32_t next_random(uint32_t *state) {
@@ -204,7 +187,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 /* Up to 64 bytes of what a run sent, from a little before `at`. */
-static void dump(const char *what, const struct bytes *b, size_t at) {
+static void dump(const char *what, const struct buf *b, size_t at) {
   size_t from = at > 16 ? at - 16 : 0;
   fprintf(fuzz_stderr, "%s, from byte %zu:", what, from);
   for (size_t i = from; i < b->len && i < from + 64; i++) fprintf(fuzz_stderr, " %02x", b->data[i]);

@@ -88,67 +88,50 @@ static bool same_doc(const struct json_doc *a, const struct json_doc *b) {
          memcmp(a->arena, b->arena, a->arena_len) == 0;
 }
 
-struct text {
-  char *data;
-  size_t len, cap;
-};
-
-static void put(struct text *t, const char *p, size_t n) {
-  if (t->cap - t->len < n) {
-    size_t cap = t->cap ? t->cap : 256;
-    while (cap - t->len < n) cap *= 2;
-    t->data = realloc(t->data, cap);
-    if (t->data == NULL) fuzz_fail("out of memory");
-    t->cap = cap;
-  }
-  memcpy(t->data + t->len, p, n);
-  t->len += n;
-}
-
-static void put_string(struct text *t, const char *s, size_t len) {
-  put(t, "\"", 1);
+static void put_string(struct buf *t, const char *s, size_t len) {
+  buf_put(t, "\"", 1);
   for (size_t i = 0; i < len; i++) {
     uint8_t c = (uint8_t)s[i];
     char esc[8];
     if (c == '"' || c == '\\') {
       esc[0] = '\\';
       esc[1] = (char)c;
-      put(t, esc, 2);
+      buf_put(t, esc, 2);
     } else if (c < 0x20) {
       snprintf(esc, sizeof esc, "\\u%04x", c);
-      put(t, esc, 6);
+      buf_put(t, esc, 6);
     } else {
-      put(t, (const char *)&s[i], 1);
+      buf_put(t, (const char *)&s[i], 1);
     }
   }
-  put(t, "\"", 1);
+  buf_put(t, "\"", 1);
 }
 
 /* Writes node `n` back as JSON (strings as their UTF-8, numbers with 17 digits: strtod reads back the same double). */
-static void write_json(struct text *t, const struct json_doc *doc, const struct json_node *n) {
+static void write_json(struct buf *t, const struct json_doc *doc, const struct json_node *n) {
   char number[40];
   switch (n->type) {
-  case JSON_NULL: put(t, "null", 4); break;
-  case JSON_FALSE: put(t, "false", 5); break;
-  case JSON_TRUE: put(t, "true", 4); break;
+  case JSON_NULL: buf_put(t, "null", 4); break;
+  case JSON_FALSE: buf_put(t, "false", 5); break;
+  case JSON_TRUE: buf_put(t, "true", 4); break;
   case JSON_NUMBER:
-    if (isinf(n->number)) put(t, n->number > 0 ? "1e999" : "-1e999", n->number > 0 ? 5 : 6);
-    else put(t, number, (size_t)snprintf(number, sizeof number, "%.17g", n->number));
+    if (isinf(n->number)) buf_put(t, n->number > 0 ? "1e999" : "-1e999", n->number > 0 ? 5 : 6);
+    else buf_put(t, number, (size_t)snprintf(number, sizeof number, "%.17g", n->number));
     break;
   case JSON_STRING: put_string(t, json_str(doc, n), n->str_len); break;
   case JSON_ARRAY:
   case JSON_OBJECT: {
     bool object = n->type == JSON_OBJECT;
-    put(t, object ? "{" : "[", 1);
+    buf_put(t, object ? "{" : "[", 1);
     for (const struct json_node *c = json_first(doc, n); c != NULL; c = json_next(doc, c)) {
-      if (c != json_first(doc, n)) put(t, ",", 1);
+      if (c != json_first(doc, n)) buf_put(t, ",", 1);
       if (object) {
         put_string(t, json_key(doc, c), c->key_len);
-        put(t, ":", 1);
+        buf_put(t, ":", 1);
       }
       write_json(t, doc, c);
     }
-    put(t, object ? "}" : "]", 1);
+    buf_put(t, object ? "}" : "]", 1);
     break;
   }
   }
@@ -206,15 +189,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       fuzz_fail("json_parse_max() at a limit of %u did not stop at node %u", doc.count - 1, doc.count);
     }
   }
-  struct text written = {0};
+  struct buf written = {0};
   write_json(&written, &doc, &doc.nodes[0]);
-  if (!json_parse(&again, (const uint8_t *)written.data, written.len)) {
+  if (!json_parse(&again, written.data, written.len)) {
     fuzz_fail("the document written back does not parse: %.*s", (int)(written.len > 200 ? 200 : written.len),
-              written.data);
+              (const char *)written.data);
   }
   if (!same_doc(&doc, &again)) {
     fuzz_fail("the document written back parses to another: %.*s", (int)(written.len > 200 ? 200 : written.len),
-              written.data);
+              (const char *)written.data);
   }
   json_free(&again);
   free(written.data);
