@@ -36,6 +36,7 @@ export type { BunInput, BunOutput, PooledFileSink, PooledSubprocess } from "./sh
 export type { RuntimeName, WorkerRuntime } from "./core/adapter.ts";
 export { SpawnError, SpawnPoolError, type SpawnPoolErrorCode } from "./core/errors.ts";
 export type { CommonOptions } from "./core/options.ts";
+export { Terminal, type TerminalOptions } from "./core/terminal.ts";
 export type { OutputReadableStream } from "./core/output_stream.ts";
 export type { ExceededLimit, Limits } from "./core/limits.ts";
 export type { ResourceUsage } from "./core/usage.ts";

@@ -236,9 +236,10 @@ export function currentPlatform(): Platform {
       (fromNpm ? NPM_WORKER_SPECIFIER !== undefined : findNativeWorker() !== undefined),
     inHost: {
       // The host's commands share its process group; a Deno host's Deno.Command has no argv0, and no runtime's spawn
-      // has killTree or limits (the host would fail the spawn with ENOTSUP, where the pool's workers may run it).
+      // has killTree, limits or a terminal (the host would fail the spawn with ENOTSUP, where the pool's workers may run it).
       takes: (request) =>
         !request.group && request.detached !== true && request.killTree !== true && request.limits === undefined &&
+        request.terminal === undefined &&
         (runtime !== "deno" || request.argv0 === undefined),
       // Imported with the rest: in a bundle it costs next to nothing, where a dynamic import() costs 1-2 ms.
       start: () => startInHost(adapterFor(runtime)),

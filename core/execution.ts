@@ -420,7 +420,12 @@ export class Execution implements RequestSink, Submission {
   }
 
   #send(
-    type: typeof Frame.Credit | typeof Frame.Release | typeof Frame.Stdin | typeof Frame.StdinEnd,
+    type:
+      | typeof Frame.Credit
+      | typeof Frame.Release
+      | typeof Frame.Stdin
+      | typeof Frame.StdinEnd
+      | typeof Frame.Terminal,
     payload?: Uint8Array,
   ): void {
     if (this.#worker !== undefined) this.#worker.send(type, this.id, payload);
@@ -453,5 +458,10 @@ export class Execution implements RequestSink, Submission {
   /** Closes the child's stdin. */
   endStdin(): void {
     if (!this.#done) this.#send(Frame.StdinEnd);
+  }
+
+  /** Sends a Terminal frame (a request with `terminal`): `payload` is encodeResize's or encodeRawMode's. */
+  control(payload: Uint8Array): void {
+    if (!this.#done) this.#send(Frame.Terminal, payload);
   }
 }

@@ -17,7 +17,7 @@
 import { EXCEEDED_LIMITS, type ExceededLimit, type Limits } from "./limits.ts";
 
 /** Version of the frame protocol; the worker states it in its hello and the host refuses a mismatch. */
-export const PROTOCOL_VERSION = 5;
+export const PROTOCOL_VERSION = 6;
 
 /**
  * Once a streamed command has exited (its Exited frame sent), its output may run this many windows ahead of the host's
@@ -54,6 +54,11 @@ export const Frame = {
    * pipe, so the child sees EPIPE (or SIGPIPE) on its next write, as with a pipe whose reader went away.
    */
   Release: 6,
+  /**
+   * host -> worker: a command's terminal (a request with `terminal`); payload is u8 {@linkcode TerminalOp}, then for
+   * Resize u16 columns and u16 rows, for Raw u8 1 (on) or 0 (off). Ignored for a command without one.
+   */
+  Terminal: 7,
   /** worker -> host: the worker is ready; payload is the JSON {@linkcode Hello}. */
   Hello: 16,
   /** worker -> host: the child started; payload is u32 pid. */
@@ -165,6 +170,55 @@ export interface SpawnRequest {
   killTree?: boolean;
   /** Resource limits set in the child before its program starts (native workers only, as `killTree`). */
   limits?: Limits;
+  /**
+   * Run the command on a pseudo-terminal of its own: its stdin, stdout and stderr and its controlling terminal, in a
+   * session of its own. Its output is stream 1 (`stdout` must be "piped", `stderr` "null"); with `stdin` "piped" the
+   * host types into it. Native workers only (JavaScript workers fail the request with ENOTSUP); not with `detached`.
+   */
+  terminal?: WireTerminal;
+}
+
+/** A command's terminal as a request asks for it. */
+export interface WireTerminal {
+  /** Columns, 1 to 65535. */
+  cols: number;
+  /** Rows, 1 to 65535. */
+  rows: number;
+  /** Start in raw mode (no echo, no line editing, no signal keys). Sent only when true. */
+  raw?: boolean;
+}
+
+/**
+ * Whether a decoded request's `terminal` is one a worker accepts (native/host_frames.c `valid_terminal`): `{ cols,
+ * rows, raw? }`, each size an integer from 1 to 65535, on a command whose stdout is "piped", stderr "null", and that is
+ * not detached.
+ */
+export function isWireTerminal(request: Record<string, unknown>): boolean {
+  const terminal = request.terminal;
+  if (typeof terminal !== "object" || terminal === null || Array.isArray(terminal)) return false;
+  const t = terminal as Record<string, unknown>;
+  const isSize = (v: unknown) => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= 65535;
+  return Object.keys(t).every((key) => key === "cols" || key === "rows" || key === "raw") &&
+    isSize(t.cols) && isSize(t.rows) && (t.raw === undefined || typeof t.raw === "boolean") &&
+    request.stdout === "piped" && request.stderr === "null" && request.detached !== true;
+}
+
+/** What a {@linkcode Frame.Terminal} frame does. */
+export const TerminalOp = {
+  /** Set the terminal's size (the command's foreground process group gets SIGWINCH). */
+  Resize: 1,
+  /** Turn raw mode on or off. */
+  Raw: 2,
+} as const;
+
+/** A Terminal frame's payload that resizes the terminal to `cols` x `rows` (each 1 to 65535). */
+export function encodeResize(cols: number, rows: number): Uint8Array {
+  return new Uint8Array([TerminalOp.Resize, cols >> 8, cols & 0xff, rows >> 8, rows & 0xff]);
+}
+
+/** A Terminal frame's payload that turns raw mode on or off. */
+export function encodeRawMode(on: boolean): Uint8Array {
+  return new Uint8Array([TerminalOp.Raw, on ? 1 : 0]);
 }
 
 /** Why a completed request's child was stopped by the worker, if it was. */

@@ -85,7 +85,7 @@ export function requestDefaults(options: { killTree?: unknown; limits?: unknown 
 export type RequestInput =
   & CommonOptions
   & Pick<SpawnRequest, "stdin" | "stdout" | "stderr" | "buffered">
-  & Partial<Pick<SpawnRequest, "env" | "clearEnv" | "argv0" | "uid" | "gid" | "detached" | "sockets">>
+  & Partial<Pick<SpawnRequest, "env" | "clearEnv" | "argv0" | "uid" | "gid" | "detached" | "sockets" | "terminal">>
   & { cmd: string | URL; args: readonly string[] };
 
 /** Default flow-control window per stream: bytes a worker sends ahead of the host's reads. */
@@ -148,6 +148,7 @@ const OPTION_KEYS = [
   "sockets",
   "killTree",
   "limits",
+  "terminal",
 ] as const;
 
 /**
@@ -248,6 +249,13 @@ export function buildRequest(given: RequestInput, defaults?: RequestDefaults): S
   // An empty object sets none: it is how a command leaves out its pool's limits.
   const limits = input.limits === undefined ? defaults?.limits : checkLimits(input.limits);
   if (limits !== undefined && Object.keys(limits).length > 0) request.limits = limits;
+  if (input.terminal !== undefined) {
+    // Checked where it was made (core/terminal.ts): a terminal's command leads the terminal's session.
+    if (input.detached === true) {
+      throw new TypeError("terminal cannot be used with detached: the command leads the session of its terminal");
+    }
+    request.terminal = input.terminal;
+  }
   if (input.signal !== undefined && !(input.signal instanceof AbortSignal)) {
     throw new TypeError("signal must be an AbortSignal");
   }

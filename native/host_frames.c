@@ -57,6 +57,32 @@ static bool valid_limits(const struct json_doc *doc, const struct json_node *lim
   return true;
 }
 
+/* A terminal's size: an integer from 1 to 65535. */
+static bool is_terminal_size(const struct json_node *n) {
+  return is_integer(n) && n->number >= 1 && n->number <= 65535;
+}
+
+/*
+ * A request's terminal: { cols, rows, raw? } and no other member, on a command whose output is the terminal's (stdout
+ * "piped", stderr "null") and that is not detached (its session is the terminal's).
+ */
+static bool valid_terminal(const struct json_doc *doc, const struct json_node *terminal) {
+  const struct json_node *root = &doc->nodes[0], *n;
+  if (terminal->type != JSON_OBJECT) return false;
+  for (const struct json_node *m = json_first(doc, terminal); m; m = json_next(doc, m)) {
+    const char *key = json_key(doc, m);
+    bool known = !m->key_has_nul && (strcmp(key, "cols") == 0 || strcmp(key, "rows") == 0 || strcmp(key, "raw") == 0);
+    if (!known) return false;
+  }
+  if (!is_terminal_size(json_get(doc, terminal, "cols")) || !is_terminal_size(json_get(doc, terminal, "rows"))) {
+    return false;
+  }
+  if ((n = json_get(doc, terminal, "raw")) != NULL && !is_bool(n)) return false;
+  if (strcmp(json_str(doc, json_get(doc, root, "stdout")), "piped") != 0) return false;
+  if (strcmp(json_str(doc, json_get(doc, root, "stderr")), "null") != 0) return false;
+  return (n = json_get(doc, root, "detached")) == NULL || n->type != JSON_TRUE;
+}
+
 /* Validates a spawn request exactly as parseRequest in worker/job.ts does. */
 static bool valid_request(const struct json_doc *doc) {
   const struct json_node *root = &doc->nodes[0];
@@ -89,6 +115,7 @@ static bool valid_request(const struct json_doc *doc) {
   if (!is_bool(GET("group"))) return false;
   if ((n = GET("killTree")) != NULL && !is_bool(n)) return false;
   if ((n = GET("limits")) != NULL && !valid_limits(doc, n)) return false;
+  if ((n = GET("terminal")) != NULL && !valid_terminal(doc, n)) return false;
 #undef GET
   return true;
 }
@@ -203,7 +230,7 @@ static void on_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t l
   struct job *job = find_job(id);
   /* Frames for requests that already completed are normal (a kill racing an exit): ignore them. */
   if (job == NULL) {
-    if (type < F_SPAWN || type > F_RELEASE) protocol_error("Unknown frame type %u", type);
+    if (type < F_SPAWN || type > F_TERMINAL) protocol_error("Unknown frame type %u", type);
     return;
   }
   switch (type) {
@@ -234,6 +261,9 @@ static void on_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t l
     if (job->open[fd]) release_stream(job, fd);
     return;
   }
+  case F_TERMINAL:
+    if (!terminal_control(job, payload, len)) protocol_error("Terminal frame is malformed");
+    return;
   case F_CREDIT: {
     int fd = decode_fd(payload, len);
     if (len < 5) protocol_error("Frame payload is too short");
@@ -263,7 +293,7 @@ static void check_header(uint32_t length, uint8_t type) {
   if (length > MAX_PAYLOAD_BYTES) {
     protocol_error("Frame of %u bytes exceeds the %u-byte limit", length, MAX_PAYLOAD_BYTES);
   }
-  if (type < F_SPAWN || type > F_RELEASE) protocol_error("Unknown frame type %u", type);
+  if (type < F_SPAWN || type > F_TERMINAL) protocol_error("Unknown frame type %u", type);
 }
 
 static void deliver_assembled(void) {

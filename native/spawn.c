@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #endif
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,6 +65,7 @@ struct child_plan {
   char **envp;
   const char *cwd;
   int stdio_fd[3];    /* dup2'd to 0, 1, 2; -1: open /dev/null; -2: inherit */
+  int tty;            /* the command's side of its terminal (made its controlling terminal), or -1 */
   bool detached;
   bool set_uid, set_gid;
   uid_t uid;
@@ -142,7 +144,12 @@ __attribute__((noinline)) _Noreturn static void exec_child(const struct child_pl
     if (sigismember(&changed_signals, sig) == 1) sigaction(sig, &dfl, NULL);
   }
   reset_libc_signals();
-  if (plan->detached ? setsid() < 0 : setpgid(0, 0) < 0) goto fail;
+  if (plan->tty >= 0) {
+    /* A session of its own, whose controlling terminal is the command's terminal. */
+    if (setsid() < 0 || ioctl(plan->tty, TIOCSCTTY, 0) < 0) goto fail;
+  } else if (plan->detached ? setsid() < 0 : setpgid(0, 0) < 0) {
+    goto fail;
+  }
   int null_fd = -1;
   for (int fd = 0; fd < 3; fd++) {
     int from = plan->stdio_fd[fd];
@@ -278,7 +285,7 @@ static pid_t posix_spawn_plan(const struct child_plan *plan, int *err) {
 
 /* posix_spawn where it can express the plan, vfork_exec where it cannot. */
 static pid_t start_child(const struct child_plan *plan, int *err) {
-  bool needs_vfork = plan->set_uid || plan->set_gid || plan->limit_count > 0 || plan->leaf >= 0 ||
+  bool needs_vfork = plan->set_uid || plan->set_gid || plan->limit_count > 0 || plan->leaf >= 0 || plan->tty >= 0 ||
                      (!HAVE_ADDCHDIR && plan->cwd != NULL);
 #ifndef POSIX_SPAWN_SETSID
   needs_vfork = needs_vfork || plan->detached;
@@ -371,7 +378,9 @@ void start_job(struct job *job, const struct json_doc *doc) {
   char **owned = xrealloc(NULL, (envc + 1) * sizeof *owned);
   size_t owned_count = 0;
   int pipes[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+  int tty[2] = {-1, -1};
   struct child_plan plan = {0};
+  plan.tty = -1;
 
   /* Strings with a NUL inside cannot reach execve: the command fails as Node's spawn does (EINVAL). */
   bool nul = cmd->has_nul || (cwd && cwd->has_nul) || (argv0 && argv0->has_nul);
@@ -413,7 +422,20 @@ void start_job(struct job *job, const struct json_doc *doc) {
   if (path == NULL) goto failed;
 
   const char *names[3] = {"stdin", "stdout", "stderr"};
-  for (int fd = 0; fd < 3; fd++) {
+  const struct json_node *terminal = json_get(doc, root, "terminal");
+  if (terminal != NULL) {
+    /* All three are the terminal; its output is stream 1, and stdin "piped" lets the host type into it. */
+    const struct json_node *raw = json_get(doc, terminal, "raw");
+    if (!terminal_open(job, (unsigned)json_get(doc, terminal, "cols")->number,
+                       (unsigned)json_get(doc, terminal, "rows")->number, raw != NULL && raw->type == JSON_TRUE, tty)) {
+      err = errno;
+      goto failed;
+    }
+    plan.tty = plan.stdio_fd[0] = plan.stdio_fd[1] = plan.stdio_fd[2] = tty[1];
+    job->piped[0] = mode_is(doc, "stdin", "piped");
+    job->piped[1] = true;
+  }
+  for (int fd = 0; fd < 3 && terminal == NULL; fd++) {
     if (mode_is(doc, names[fd], "piped")) {
       if (make_pipe(pipes[fd], job->sockets) != 0) {
         err = errno;
@@ -464,6 +486,14 @@ void start_job(struct job *job, const struct json_doc *doc) {
   }
   if (job->pid < 0) goto failed;
 
+  if (terminal != NULL) {
+    close(tty[1]);
+    set_nonblocking(tty[0]);
+    job->w_out[1].fd = tty[0];
+    /* Its own descriptor, so that the loop can wait to write and to read apart (EMFILE: as a closed stdin). */
+    if (job->piped[0]) job->w_stdin.fd = fcntl(tty[0], F_DUPFD_CLOEXEC, 3);
+    goto done;
+  }
   for (int fd = 0; fd < 3; fd++) {
     if (!job->piped[fd]) continue;
     close(pipes[fd][fd == 0 ? 0 : 1]);
@@ -484,6 +514,8 @@ failed:
     if (pipes[fd][1] >= 0) close(pipes[fd][1]);
     job->piped[fd] = false;
   }
+  if (tty[0] >= 0) close(tty[0]);
+  if (tty[1] >= 0) close(tty[1]);
   job->pid = -1;
   send_spawn_error(job->id, json_str(doc, cmd), err, code, NULL);
 done:

@@ -12,6 +12,7 @@
  *   streams.c      output pumping, credit, grace, the stdin queue
  *   spawn.c        posix_spawn, vfork, SpawnError
  *   spawn_env.c    a command's environment and its program's path
+ *   terminal.c     a command's pseudo-terminal: opening it, resizing it, raw mode
  *   cgroup.c       cgroup v2 leaves: each command started, killed and measured in its own
  *   tree.c         a command's whole tree: finding it, stopping it, signalling it; the worker as subreaper
  *   wire_names.c   signal and errno names
@@ -31,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <termios.h>
 
 /* SPAWNPOOL_FORCE_POLL builds, on Linux, what other systems run: poll() and SIGCHLD instead of epoll and pidfd. */
 #if defined(__linux__) && !defined(SPAWNPOOL_FORCE_POLL)
@@ -43,7 +45,7 @@
 #endif
 
 /* The protocol (core/frame.ts). */
-#define PROTOCOL_VERSION 5
+#define PROTOCOL_VERSION 6
 #define HEADER_BYTES 9
 #define MAX_PAYLOAD_BYTES (64u * 1024u * 1024u)
 #define SECRET_BYTES 32
@@ -55,6 +57,7 @@ enum frame_type {
   F_KILL = 4,
   F_CREDIT = 5,
   F_RELEASE = 6,
+  F_TERMINAL = 7,
   F_HELLO = 16,
   F_SPAWNED = 17,
   F_SPAWN_ERROR = 18,
@@ -65,6 +68,9 @@ enum frame_type {
   F_EXIT = 23,
   F_EXITED = 24,
 };
+
+/* The Terminal frame's operations (core/frame.ts TerminalOp): u8 op, then u16 cols, u16 rows; or u8 on (0 or 1). */
+enum { TERMINAL_RESIZE = 1, TERMINAL_RAW = 2 };
 
 /* As worker/serve.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's streams. */
 #define MAX_CHUNK_BYTES (1024 * 1024)
@@ -135,6 +141,9 @@ struct job {
   unsigned long long limit_value[LIMIT_COUNT];
   const char *limit_hit; /* which limit ended the command, when the kernel says so: "cpu", "fileSize", ... */
   int leaf;              /* its cgroup leaf (cgroup.c), or -1 */
+  bool terminal;         /* on a pseudo-terminal (terminal.c): w_out[1] and w_stdin are its controlling side */
+  bool raw;              /* the terminal is in raw mode; `cooked` holds the settings to go back to */
+  struct termios cooked;
   bool done;   /* Exit sent: the id is free, only stdin may still drain */
   bool exited; /* the child exited: it stays a zombie, unreaped, until the job is done */
   bool reaped; /* its pid (and process group id) may be reused now: nothing more is signalled */
@@ -251,6 +260,15 @@ void queue_stdin(struct job *job, uint8_t *data, size_t len);
 void env_init(struct env_builder *env, size_t room);
 void env_put(struct env_builder *env, char *entry, size_t name_len, bool replace);
 char *resolve_program(const char *cmd, char *const *envp, const char *cwd, int *err);
+
+/* terminal.c */
+/*
+ * Opens a pseudo-terminal for `job` of `cols` x `rows`, in raw mode if asked: fds[0] its controlling side, fds[1] the
+ * command's side, both close-on-exec. False with errno.
+ */
+bool terminal_open(struct job *job, unsigned cols, unsigned rows, bool raw, int fds[2]);
+/* A Terminal frame's payload for the job: false if it is malformed (a resize to 0, an unknown operation). */
+bool terminal_control(struct job *job, const uint8_t *payload, size_t len);
 
 /* tree.c */
 void tree_signal(struct job *job, int sig);

@@ -8,11 +8,12 @@ import { SpawnError } from "../core/errors.ts";
 import { Execution, type Scheduler } from "../core/execution.ts";
 import type { StdinSource } from "../core/stdin.ts";
 import type { OutputReadableStream } from "../core/output_stream.ts";
-import type { StdioMode } from "../core/frame.ts";
+import type { ExitInfo, StdioMode } from "../core/frame.ts";
 import type { ExceededLimit } from "../core/limits.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
 import { type ResourceUsage, resourceUsage } from "../core/usage.ts";
 import { exitStatusCode, signalName } from "../core/signals.ts";
+import { type Terminal, terminalOf, type TerminalOptions, terminalRequest } from "../core/terminal.ts";
 
 /** Stdio choices for stdout and stderr, as Bun names them. */
 export type BunOutput = "pipe" | "inherit" | "ignore" | null | 1 | 2;
@@ -48,6 +49,13 @@ export interface SpawnOptions extends CommonOptions {
    * empty Blob).
    */
   stdio?: readonly unknown[];
+  /**
+   * Run the command on a pseudo-terminal, as Bun's `terminal`: a {@linkcode Terminal} (for several commands in turn)
+   * or its options (a terminal for this command alone, closed once its output ended). Its stdin, stdout and stderr are
+   * the terminal (`stdin`, `stdout`, `stderr` and `stdio` are not used, and the subprocess's are null): write with
+   * `proc.terminal.write()`, read with its `data` callback. Native workers only (others fail with ENOTSUP).
+   */
+  terminal?: TerminalOptions | Terminal;
   /** Called once when the command exits or could not start. */
   onExit?: (
     subprocess: PooledSubprocess,
@@ -251,12 +259,14 @@ export function spawnArguments(
  * ```
  */
 export class PooledSubprocess {
-  /** Stdin when it is "pipe"; undefined otherwise. */
-  readonly stdin: PooledFileSink | undefined;
-  /** Stdout when it is "pipe"; undefined otherwise. */
-  readonly stdout: OutputReadableStream | undefined;
-  /** Stderr when it is "pipe"; undefined otherwise. */
-  readonly stderr: OutputReadableStream | undefined;
+  /** Stdin when it is "pipe"; null on a terminal; undefined otherwise. */
+  readonly stdin: PooledFileSink | undefined | null;
+  /** Stdout when it is "pipe"; null on a terminal; undefined otherwise. */
+  readonly stdout: OutputReadableStream | undefined | null;
+  /** Stderr when it is "pipe"; null on a terminal; undefined otherwise. */
+  readonly stderr: OutputReadableStream | undefined | null;
+  /** The terminal the command runs on (`terminal`); undefined without one. */
+  readonly terminal: Terminal | undefined;
   /** As Bun's `proc.stdio`: null for each slot, the three standard ones and the empty ones past them. */
   readonly stdio: null[];
   /**
@@ -278,6 +288,18 @@ export class PooledSubprocess {
   constructor(scheduler: Scheduler, cmd: string[], options: SpawnOptions) {
     if (typeof options !== "object" || options === null) throw new TypeError("spawn options must be an object");
     if (cmd.length === 0) throw new TypeError("spawn needs at least the program to run");
+    if (options.onExit !== undefined && typeof options.onExit !== "function") {
+      throw new TypeError("onExit must be a function");
+    }
+    if (options.terminal !== undefined) {
+      this.stdin = this.stdout = this.stderr = null;
+      this.stdio = [null, null, null];
+      this.terminal = terminalOf(options.terminal);
+      this.#execution = this.#start(scheduler, cmd, options, this.terminal);
+      this.exited = this.#exitStatus(this.#execution.exited, options.onExit);
+      return;
+    }
+    this.terminal = undefined;
     const { slots, extra } = options.stdio === undefined
       ? { slots: [options.stdin, options.stdout, options.stderr], extra: [] }
       : stdioArray(options.stdio);
@@ -296,10 +318,8 @@ export class PooledSubprocess {
       stderr: stderr.mode,
       buffered: false,
       sockets: true, // as Bun.spawn's pipes: a writer whose reader went away gets ECONNRESET, not SIGPIPE
+      terminal: undefined,
     }, scheduler.defaults);
-    if (options.onExit !== undefined && typeof options.onExit !== "function") {
-      throw new TypeError("onExit must be a function");
-    }
     // As Bun.spawn, a program or cwd that is certainly missing throws here (code ENOENT, ENOTDIR, EACCES).
     const failure = scheduler.preflight?.(request);
     if (failure !== undefined) throw new SpawnError(failure, request.cmd, request.args);
@@ -315,20 +335,43 @@ export class PooledSubprocess {
     this.stderr = stderr.relay === undefined ? execution.stderr : undefined;
     this.stdin = execution.stdin === undefined ? undefined : fileSink(execution.stdin);
     // As in Bun, `exited` comes with the exit itself: piped output may still be open (a grandchild can hold it).
-    this.exited = Promise.all([execution.exited, ...relayed]).then(([info]) => {
+    this.exited = this.#exitStatus(Promise.all([execution.exited, ...relayed]).then(([info]) => info), options.onExit);
+  }
+
+  /** Starts the command on `terminal`: its stdio are the terminal's. */
+  #start(scheduler: Scheduler, cmd: string[], options: SpawnOptions, terminal: Terminal): Execution {
+    const request = buildRequest({
+      ...options,
+      cmd: cmd[0],
+      args: cmd.slice(1),
+      env: options.env as Record<string, string> | undefined,
+      clearEnv: options.env !== undefined,
+      buffered: false,
+      ...terminalRequest(terminal, options.env),
+    }, scheduler.defaults);
+    const failure = scheduler.preflight?.(request);
+    if (failure !== undefined) throw new SpawnError(failure, request.cmd, request.args);
+    const execution = new Execution(scheduler, request, { output: terminal.output, signal: options.signal });
+    terminal.attach(execution, execution.completed);
+    return execution;
+  }
+
+  /** `exited`: the exit status code, once the command exited; `onExit` is called with it. */
+  #exitStatus(exit: Promise<ExitInfo>, onExit?: SpawnOptions["onExit"]): Promise<number> {
+    const exited = exit.then((info) => {
       this.#exitCode = info.code;
       this.#signalCode = info.signal;
       this.#limit = info.limit;
       return exitStatusCode(info);
     });
-    this.exited.catch(() => {});
-    const onExit = options.onExit;
+    exited.catch(() => {});
     if (onExit !== undefined) {
-      this.exited.then(
+      exited.then(
         () => onExit(this, this.#exitCode, this.#signalCode),
         (error) => onExit(this, null, null, error),
       );
     }
+    return exited;
   }
 
   /** The pid, once the worker has reported it (after `spawned` resolves). */

@@ -6,7 +6,14 @@
  */
 
 import type { SpawnedChild } from "../core/adapter.ts";
-import { decodeJson, ProtocolError, type SpawnRequest, type StopReason, type StreamFd } from "../core/frame.ts";
+import {
+  decodeJson,
+  isWireTerminal,
+  ProtocolError,
+  type SpawnRequest,
+  type StopReason,
+  type StreamFd,
+} from "../core/frame.ts";
 import { isWireLimits } from "../core/limits.ts";
 
 /** A write to the child's stdin, or its end. */
@@ -99,6 +106,7 @@ export function parseRequest(payload: Uint8Array): SpawnRequest {
     !(raw.sockets === undefined || typeof raw.sockets === "boolean") ||
     !(raw.killTree === undefined || typeof raw.killTree === "boolean") ||
     !(raw.limits === undefined || isWireLimits(raw.limits)) ||
+    !(raw.terminal === undefined || isWireTerminal(raw)) ||
     typeof raw.group !== "boolean"
   ) {
     throw new ProtocolError("Spawn request is malformed");

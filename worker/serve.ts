@@ -127,7 +127,7 @@ class Server {
     const job = this.#jobs.get(id);
     // Frames for requests that already completed are normal (a kill racing an exit): ignore them.
     if (job === undefined) {
-      if (type < Frame.Spawn || type > Frame.Release) throw new ProtocolError(`Unknown frame type ${type}`);
+      if (type < Frame.Spawn || type > Frame.Terminal) throw new ProtocolError(`Unknown frame type ${type}`);
       return;
     }
     switch (type) {
@@ -164,6 +164,8 @@ class Server {
         if (job.exit) this.#armGrace(job); // its reader is still there: the quiet period starts again
         return;
       }
+      case Frame.Terminal:
+        return; // no job here has a terminal: refuseNativeOnly failed them
       default:
         throw new ProtocolError(`Unknown frame type ${type}`);
     }
@@ -462,13 +464,20 @@ class Server {
 }
 
 /**
- * Fails a request that needs what only the native worker gives, before the child exists: `killTree` (a subreaper) and
- * `limits` (rlimits set between fork and exec), which no JavaScript runtime's spawn offers.
+ * Fails a request that needs what only the native worker gives, before the child exists: `killTree` (a subreaper),
+ * `limits` (rlimits set between fork and exec) and `terminal` (a pseudo-terminal made the child's controlling
+ * terminal), which no JavaScript runtime's spawn offers (Bun's `terminal` aside, which Bun workers do not use yet).
  *
  * @throws {SpawnFailed} ENOTSUP, naming the option.
  */
 function refuseNativeOnly(request: SpawnRequest, runtime: RuntimeName): void {
-  const option = request.killTree === true ? "killTree" : request.limits !== undefined ? "limits" : undefined;
+  const option = request.killTree === true
+    ? "killTree"
+    : request.limits !== undefined
+    ? "limits"
+    : request.terminal !== undefined
+    ? "terminal"
+    : undefined;
   if (option === undefined) return;
   throw new SpawnFailed({
     code: "ENOTSUP",
