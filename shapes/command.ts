@@ -12,6 +12,7 @@ import type { ExceededLimit } from "../core/limits.ts";
 import { type ResourceUsage, resourceUsage } from "../core/usage.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
 import { exitStatusCode, signalName } from "../core/signals.ts";
+import { Terminal, terminalOf, type TerminalOptions, terminalRequest } from "../core/terminal.ts";
 
 /** Options of a pooled command, as `Deno.CommandOptions` plus the pool's own. */
 export interface CommandOptions extends CommonOptions {
@@ -27,6 +28,14 @@ export interface CommandOptions extends CommonOptions {
   stdout?: StdioMode;
   /** Stderr. @default {"piped" for output(), "inherit" for spawn()} */
   stderr?: StdioMode;
+  /**
+   * Run the command on a pseudo-terminal (an extension: Bun's `terminal` option, which Deno lacks). Its stdin, stdout
+   * and stderr are the terminal. With `spawn()`: a {@linkcode Terminal} or its options; write with
+   * `child.terminal.write()`, read with its `data` callback (the child's `stdin`, `stdout` and `stderr` throw). With
+   * `output()`: terminal options without callbacks; what the terminal showed is `stdout` (`stderr` is empty). Native
+   * workers only (others fail with ENOTSUP).
+   */
+  terminal?: TerminalOptions | Terminal;
 }
 
 /** How a command ended, as `Deno.CommandStatus`. */
@@ -168,20 +177,43 @@ export class PoolCommand {
     this.#cmd = cmd;
     this.#options = options;
     this.#request(false); // validate now, as Deno.Command does
+    if (options.terminal !== undefined) terminalOf(options.terminal);
   }
 
-  #request(spawned: boolean) {
+  #request(spawned: boolean, terminal?: Terminal) {
     const o = this.#options;
     const outDefault = spawned ? "inherit" : "piped";
+    const stdio = {
+      stdin: stdioOption(o.stdin, MODES, "inherit", "stdin"),
+      stdout: stdioOption(o.stdout, MODES, outDefault, "stdout"),
+      stderr: stdioOption(o.stderr, MODES, outDefault, "stderr"),
+      terminal: undefined,
+    };
     return buildRequest({
       ...o,
       cmd: this.#cmd,
       args: o.args ?? [],
-      stdin: stdioOption(o.stdin, MODES, "inherit", "stdin"),
-      stdout: stdioOption(o.stdout, MODES, outDefault, "stdout"),
-      stderr: stdioOption(o.stderr, MODES, outDefault, "stderr"),
       buffered: !spawned,
+      ...(terminal === undefined ? stdio : terminalRequest(terminal, o.env)),
     }, this.#scheduler.defaults);
+  }
+
+  /**
+   * The terminal of `output()`: its options make one for this call, whose output is collected (so no callbacks);
+   * undefined without `terminal`.
+   */
+  #outputTerminal(): Terminal | undefined {
+    const given = this.#options.terminal;
+    if (given === undefined) return undefined;
+    const callbacks = typeof given === "object" && given !== null &&
+      ["data", "exit", "drain"].some((name) => (given as Record<string, unknown>)[name] !== undefined);
+    if (given instanceof Terminal || callbacks) {
+      throw new TypeError(
+        "output() collects what the terminal shows into stdout: give it terminal options without callbacks, or " +
+          "read a Terminal with spawn()",
+      );
+    }
+    return terminalOf(given);
   }
 
   /**
@@ -194,8 +226,10 @@ export class PoolCommand {
    * @throws {Deno.errors.NotCapable} If a Deno host's run permission does not cover the command.
    */
   output(): Promise<CommandOutput> {
-    const request = this.#request(false);
-    if (request.stdin === "piped") {
+    const terminal = this.#outputTerminal();
+    const request = this.#request(false, terminal);
+    if (terminal !== undefined) request.stdin = "null"; // nothing types into it
+    else if (request.stdin === "piped") {
       throw new TypeError("Piped stdin is not supported for this function, use 'Deno.Command.spawn()' instead");
     }
     throwIfCertainToFail(this.#scheduler, request);
@@ -212,7 +246,7 @@ export class PoolCommand {
     return toOutput(
       toStatus(done.info, request.cmd),
       request.stdout === "piped" ? done.stdout : null,
-      request.stderr === "piped" ? done.stderr : null,
+      request.stderr === "piped" || request.terminal !== undefined ? done.stderr : null,
       done.info.usage,
     );
   }
@@ -229,9 +263,14 @@ export class PoolCommand {
    * @throws {Deno.errors.NotCapable} If a Deno host's run permission does not cover the command.
    */
   spawn(): PooledChildProcess {
-    const request = this.#request(true);
+    const given = this.#options.terminal;
+    const terminal = given === undefined ? undefined : terminalOf(given);
+    const request = this.#request(true, terminal);
     throwIfCertainToFail(this.#scheduler, request);
-    return new PooledChildProcess(new Execution(this.#scheduler, request, { signal: this.#options.signal }));
+    const { signal } = this.#options;
+    const execution = new Execution(this.#scheduler, request, { signal, output: terminal?.output });
+    terminal?.attach(execution, execution.completed);
+    return new PooledChildProcess(execution, terminal);
   }
 }
 
@@ -255,10 +294,13 @@ export class PooledChildProcess {
   readonly #execution: Execution;
   readonly #status: Promise<CommandStatus>;
   #terminated = false;
+  /** The terminal the command runs on (`terminal`, an extension); undefined without one. */
+  readonly terminal: Terminal | undefined;
 
   /** @internal */
-  constructor(execution: Execution) {
+  constructor(execution: Execution, terminal?: Terminal) {
     this.#execution = execution;
+    this.terminal = terminal;
     const command = execution.request.cmd;
     this.#status = execution.exited.then(
       (info) => {
@@ -275,6 +317,10 @@ export class PooledChildProcess {
     return this.#execution.pid;
   }
 
+  get #notPiped(): string {
+    return this.terminal === undefined ? "not piped" : "the terminal (child.terminal)";
+  }
+
   /** Resolves with the pid once the command started; rejects if it could not start. */
   get spawned(): Promise<number> {
     return this.#execution.spawned.catch((error) => Promise.reject(denoStyle(error)));
@@ -282,22 +328,22 @@ export class PooledChildProcess {
 
   /** Stdin; throws if not piped. */
   get stdin(): WritableStream<Uint8Array> {
-    const stdin = this.#execution.stdin;
-    if (stdin === undefined) throw new TypeError("Cannot get 'stdin': 'stdin' is not piped");
+    const stdin = this.terminal === undefined ? this.#execution.stdin : undefined;
+    if (stdin === undefined) throw new TypeError(`Cannot get 'stdin': 'stdin' is ${this.#notPiped}`);
     return stdin;
   }
 
   /** Stdout; throws if not piped. */
   get stdout(): OutputReadableStream {
-    const stdout = this.#execution.stdout;
-    if (stdout === undefined) throw new TypeError("Cannot get 'stdout': 'stdout' is not piped");
+    const stdout = this.terminal === undefined ? this.#execution.stdout : undefined;
+    if (stdout === undefined) throw new TypeError(`Cannot get 'stdout': 'stdout' is ${this.#notPiped}`);
     return stdout;
   }
 
   /** Stderr; throws if not piped. */
   get stderr(): OutputReadableStream {
-    const stderr = this.#execution.stderr;
-    if (stderr === undefined) throw new TypeError("Cannot get 'stderr': 'stderr' is not piped");
+    const stderr = this.terminal === undefined ? this.#execution.stderr : undefined;
+    if (stderr === undefined) throw new TypeError(`Cannot get 'stderr': 'stderr' is ${this.#notPiped}`);
     return stderr;
   }
 
