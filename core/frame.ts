@@ -211,6 +211,14 @@ export const TerminalOp = {
   Raw: 2,
 } as const;
 
+/** Whether `payload` is a Terminal frame's a worker accepts: a resize to 1-65535 each way, or raw mode 0 or 1. */
+export function isTerminalControl(payload: Uint8Array): boolean {
+  if (payload.byteLength === 5 && payload[0] === TerminalOp.Resize) {
+    return (payload[1] | payload[2]) !== 0 && (payload[3] | payload[4]) !== 0;
+  }
+  return payload.byteLength === 2 && payload[0] === TerminalOp.Raw && payload[1] <= 1;
+}
+
 /** A Terminal frame's payload that resizes the terminal to `cols` x `rows` (each 1 to 65535). */
 export function encodeResize(cols: number, rows: number): Uint8Array {
   return new Uint8Array([TerminalOp.Resize, cols >> 8, cols & 0xff, rows >> 8, rows & 0xff]);

@@ -20,6 +20,7 @@ import {
   Frame,
   type FrameType,
   HEADER_BYTES,
+  isTerminalControl,
   type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
@@ -364,6 +365,11 @@ function checkRequest(raw: SpawnRequest, maxBuffer: number): SpawnRequest {
   // Checked as a host checks them (a count at least 1), and rebuilt, as env is, from its own keys.
   const limits = checkLimits(raw.limits);
   if (limits !== undefined) request.limits = limits;
+  // Checked by parseRequest (isWireTerminal); rebuilt from its own fields.
+  if (raw.terminal !== undefined) {
+    request.terminal = { cols: raw.terminal.cols, rows: raw.terminal.rows };
+    if (raw.terminal.raw === true) request.terminal.raw = true;
+  }
   return request;
 }
 
@@ -465,6 +471,9 @@ class Relay implements Submission, RequestSink {
         if (!SIGNAL_TEXT.test(text)) throw new Error(`Bad signal "${text.slice(0, 20)}"`);
         return this.#toWorker(Frame.Kill, new Uint8Array(payload));
       }
+      case Frame.Terminal:
+        if (!isTerminalControl(payload)) throw new Error("Bad terminal frame");
+        return this.#toWorker(Frame.Terminal, new Uint8Array(payload));
       case Frame.Release:
         if (payload.byteLength !== 1 || (payload[0] !== 1 && payload[0] !== 2)) throw new Error("Bad release frame");
         return this.#toWorker(Frame.Release, FD_PAYLOAD[payload[0] as StreamFd]);

@@ -80,7 +80,7 @@ export function buildDist(into, { npmWorkers } = {}) {
       ],
       { cwd: root, stdio: ["ignore", "ignore", "inherit"] },
     );
-  bundleSplit(["mod.ts", "node.ts"], dist, bundle);
+  bundleSplit(["mod.ts", "node.ts", "pty.ts"], dist, bundle);
   bundle(["worker/main.ts"], join(dist, "worker"));
   bundle(["remote/cli.ts"], join(dist, "remote"));
   if (into === undefined) copyNativeToDist();
@@ -90,7 +90,7 @@ export function buildDist(into, { npmWorkers } = {}) {
 const PUBLIC = "__spawnpool_public";
 
 /**
- * Bundles `entries` (mod.ts, node.ts) with `--splitting` into `dist`, every export keeping its binding's name.
+ * Bundles `entries` (mod.ts, node.ts, pty.ts) with `--splitting` into `dist`, every export keeping its binding's name.
  * `bun build --splitting` (1.4.5) reserves every entry point's export names for the whole bundle, so a binding that
  * sits in a shared chunk and that an entry exports under its own name is printed numbered: mod.ts's
  * `export { SpawnPoolError } from "./core/errors.ts"` made `class SpawnPoolError2`, and users saw `SpawnPoolError2` as

@@ -52,6 +52,7 @@ export function stage(dest) {
 const JSR_ENTRIES = {
   ".": "./dist/mod.js",
   "./node": "./dist/node.js",
+  "./pty": "./dist/pty.js",
   "./worker": "./dist/worker/main.js",
   "./agent": "./dist/remote/cli.js",
 };

@@ -28,6 +28,7 @@ const libraryDirs = ["core", "shapes", "shapes/child_process", "adapters", "work
 const withExamples = [
   "mod.ts",
   "node.ts",
+  "pty.ts",
   "pool.ts",
   ...libraryDirs.flatMap((dir) =>
     readdirSync(join(root, dir)).filter((name) => name.endsWith(".ts")).map((name) => `${dir}/${name}`)
@@ -93,6 +94,7 @@ const steps = [
       "check",
       "mod.ts",
       "node.ts",
+      "pty.ts",
       "worker/main.ts",
       "support/soak.ts",
       "support/proc.ts",
@@ -101,7 +103,7 @@ const steps = [
     ],
   },
   { name: "core is runtime-neutral (tsc, no Deno/Bun/Node types)", cmd: "tsc", args: ["-p", "tsconfig.core.json"] },
-  { name: "deno doc --lint", cmd: "deno", args: ["doc", "--lint", "mod.ts", "node.ts", "worker/main.ts"] },
+  { name: "deno doc --lint", cmd: "deno", args: ["doc", "--lint", "mod.ts", "node.ts", "pty.ts", "worker/main.ts"] },
   // What JSR publishes: the bundled build staged by tools/stage.mjs, not the checkout's sources.
   { name: "JSR publish dry run (the staged package)", cmd: "node", args: ["tools/stage.mjs", "--jsr-dry-run"] },
   {
