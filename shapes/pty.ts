@@ -139,6 +139,8 @@ class PooledPty implements IPty {
   readonly #data = new Emitter<string | Buffer>();
   readonly #exit = new Emitter<IExitEvent>();
   readonly #readFile: ((path: string) => string) | undefined;
+  /** Decodes output for onData (undefined: Buffers); its rest is delivered at the exit. */
+  readonly #decoder: StringDecoder | undefined;
   /** The exit, held until output held by pause() is delivered. */
   #exitEvent: IExitEvent | undefined;
   readonly spawned: Promise<number>;
@@ -165,6 +167,7 @@ class PooledPty implements IPty {
     this.#readFile = readFile;
     const encoding = options.encoding === undefined ? "utf8" : options.encoding;
     const decoder = encoding === null ? undefined : new StringDecoder(encoding as BufferEncoding);
+    this.#decoder = decoder;
     const env: Record<string, string | undefined> = { ...(options.env ?? process.env) };
     if (options.env === undefined) { for (const name of HOST_TERMINAL_VARIABLES) delete env[name]; }
     const cwd = options.cwd || process.cwd();
@@ -289,6 +292,8 @@ class PooledPty implements IPty {
 
   #emitExit(exit: IExitEvent): void {
     this.#exitEvent = undefined;
+    const rest = this.#decoder?.end();
+    if (rest) this.#data.fire(rest);
     this.#terminal.close();
     this.#exit.fire(exit);
   }

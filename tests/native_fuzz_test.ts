@@ -12,7 +12,16 @@ import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
 import process from "node:process";
 import { describe, it } from "node:test";
-import { decodeJson, encodeCredit, encodeJson, Frame, MAX_PAYLOAD_BYTES, type SpawnRequest } from "../core/frame.ts";
+import {
+  decodeJson,
+  encodeCredit,
+  encodeJson,
+  encodeRawMode,
+  encodeResize,
+  Frame,
+  MAX_PAYLOAD_BYTES,
+  type SpawnRequest,
+} from "../core/frame.ts";
 import { childPids, frame, HOST, withTimeout } from "./_helpers.ts";
 import { creditOutput, expectExit, request, spawnFrame, startWorker, type Worker } from "./_native.ts";
 
@@ -73,6 +82,14 @@ function randomRequest(rand: () => number): SpawnRequest {
   if (rand() < 0.05) out.detached = true;
   if (rand() < 0.05) out.argv0 = "renamed";
   if (rand() < 0.5) out.sockets = true; // piped stdio as socketpairs: a released one lingers until its writer stops
+  if (rand() < 0.1) {
+    // On a terminal of its own: its output is stream 1, stderr "null", never detached.
+    out.terminal = { cols: 1 + Math.floor(rand() * 300), rows: 1 + Math.floor(rand() * 100) };
+    if (rand() < 0.3) out.terminal.raw = true;
+    out.stdout = "piped";
+    out.stderr = "null";
+    delete out.detached;
+  }
   return out;
 }
 
@@ -108,6 +125,11 @@ function survivableFrames(rand: () => number, firstId: number, count: number): {
       frames.push(frame(Frame.StdinEnd, target(), new Uint8Array(0)));
     } else if (roll < 0.55) {
       frames.push(frame(Frame.Kill, target(), new TextEncoder().encode(KILLS[Math.floor(rand() * KILLS.length)])));
+    } else if (roll < 0.6) {
+      const control = rand() < 0.5
+        ? encodeResize(1 + Math.floor(rand() * 65535), 1 + Math.floor(rand() * 65535))
+        : encodeRawMode(rand() < 0.5);
+      frames.push(frame(Frame.Terminal, target(), control));
     } else if (roll < 0.9) {
       frames.push(frame(Frame.Credit, target(), encodeCredit(rand() < 0.5 ? 1 : 2, Math.floor(rand() * 2 ** 32))));
     } else {

@@ -18,7 +18,7 @@ import process from "node:process";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Pool, type SpawnPoolError } from "../mod.ts";
+import { Pool, type SpawnPoolError, Terminal } from "../mod.ts";
 import { buildRequest } from "../core/options.ts";
 import { decodeJson, decodeU32, encodeJson, encodeU32, Frame } from "../core/frame.ts";
 import {
@@ -394,6 +394,38 @@ console.log(Date.now());
     assert.equal(await withTimeout(agent.exited, 10_000, "the agent did not end"), null);
     assert.equal(agent.child.signalCode, "SIGINT", agent.lines.join("\n"));
     assert.ok(agent.lines.some((line) => line.includes('"stopped"')), agent.lines.join("\n"));
+  });
+
+  it("a terminal on an agent's native worker: written, resized and set raw through the relay", async () => {
+    const subject = freshSubject();
+    const agent = await startAgent(url, subject, ["--insecure", "--runtime", "native"]);
+    const pool = new Pool({ remote: { servers: url, subject } });
+    try {
+      let shown = "";
+      const terminal = new Terminal({
+        cols: 70,
+        rows: 20,
+        data: (_, bytes) => (shown += new TextDecoder().decode(bytes)),
+      });
+      const script = 'read line; echo got-$line; stty size; trap "stty size; stty -a; exit 0" WINCH; echo waiting; ' +
+        "while :; do sleep 0.02; done";
+      const proc = pool.spawn(["bash", "-c", script], { terminal });
+      terminal.write("abc\r");
+      const deadline = performance.now() + 10_000;
+      while (!shown.includes("waiting")) {
+        assert.ok(performance.now() < deadline, `the terminal showed ${JSON.stringify(shown)}`);
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      terminal.setRawMode(true);
+      terminal.resize(100, 30);
+      assert.equal(await withTimeout(proc.exited, 10_000, "no exit after the resize"), 0);
+      assert.match(shown, /got-abc\r\n20 70\r\nwaiting\r\n30 100\r\n/);
+      assert.match(shown.slice(shown.indexOf("30 100")), /\s-icanon\s[^]*\s-echo\s/, "raw mode reached the terminal");
+      terminal.close();
+    } finally {
+      await pool.close();
+      await agent.kill();
+    }
   });
 
   it("busy agents: five commands on an agent of concurrency 1 all complete", async () => {

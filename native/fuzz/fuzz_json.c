@@ -156,6 +156,20 @@ static void check_request(const struct json_doc *doc) {
   (void)signal_number(json_str(doc, kill_signal), kill_signal->str_len);
   const struct json_node *clear = json_get(doc, root, "clearEnv");
   if (clear != NULL) (void)json_truthy(clear);
+  /* A terminal's size is read as an unsigned int, and its command's stdout and stderr as "piped" and "null". */
+  const struct json_node *terminal = json_get(doc, root, "terminal");
+  if (terminal != NULL) {
+    static const char *const sizes[] = {"cols", "rows"};
+    for (size_t i = 0; i < 2; i++) {
+      const struct json_node *n = json_get(doc, terminal, sizes[i]);
+      if (n == NULL || n->type != JSON_NUMBER || !(n->number >= 1 && n->number <= 65535)) {
+        fuzz_fail("valid_request() accepted a terminal whose %s is no size", sizes[i]);
+      }
+    }
+    if (strcmp(json_str(doc, json_get(doc, root, "stdout")), "piped") != 0) {
+      fuzz_fail("valid_request() accepted a terminal whose stdout is not piped");
+    }
+  }
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
