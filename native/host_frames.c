@@ -57,7 +57,7 @@ static bool valid_limits(const struct json_doc *doc, const struct json_node *lim
   return true;
 }
 
-/* Validates a spawn request exactly as parseRequest in worker/job.ts does. */
+/* Validates a spawn request exactly as parseRequest in core/request_check.ts does (tests/wire_schema_test.ts). */
 static bool valid_request(const struct json_doc *doc) {
   const struct json_node *root = &doc->nodes[0];
   const struct json_node *n;

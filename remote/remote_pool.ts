@@ -32,6 +32,7 @@ import {
   frameRoom,
   HEARTBEAT_MS,
   maxPayloadOf,
+  messageOf,
   randomToken,
   REMOTE_ID,
   RemoteFrame,
@@ -667,8 +668,4 @@ class RemoteCommand implements RequestChannel {
 
 function connectFailed(error: unknown): SpawnPoolError {
   return new SpawnPoolError("ERR_REMOTE_CONNECT", `Could not connect to NATS: ${messageOf(error)}`, { cause: error });
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
