@@ -7,7 +7,8 @@
 
 import type { Platform } from "../core/adapter.ts";
 import { encodeJson, Frame, type SpawnRequest } from "../core/frame.ts";
-import { PoolCore, type PoolOptions } from "../core/pool_core.ts";
+import { PoolCore } from "../core/pool_core.ts";
+import type { PoolOptions } from "../core/pool_options.ts";
 import { checkRequest } from "./_agent_request.ts";
 import { connectNats, type NatsConnection, type NatsMsg, type NatsSubscription, noResponders } from "./_nats.ts";
 import { Relay, type RelayAgent } from "./_relay.ts";

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { SpawnPoolError, type SpawnPoolErrorCode } from "../core/errors.ts";
+import { poolClosed, SpawnPoolError, type SpawnPoolErrorCode } from "../core/errors.ts";
 import type { Scheduler, Submission } from "../core/execution.ts";
 import {
   concatBytes,
@@ -18,7 +18,7 @@ import {
   ProtocolError,
   type SpawnRequest,
 } from "../core/frame.ts";
-import { poolClosed, type PoolStats } from "../core/pool_core.ts";
+import type { PoolStats } from "../core/pool_stats.ts";
 import { deliverFrame, type RequestChannel, type RequestSink } from "../core/worker_handle.ts";
 import { connectNats, type NatsConnection, type NatsMsg, newInbox, noResponders } from "./_nats.ts";
 import { checkRemoteOptions, type RemoteOptions } from "./options.ts";
