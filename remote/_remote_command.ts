@@ -200,7 +200,7 @@ export class RemoteCommand implements RequestChannel {
 
   /**
    * Heartbeat: a word to a silent agent, and the end of a command whose agent went silent (judged only when `judge`:
-   * see {@linkcode startHeartbeat}).
+   * see startHeartbeat in wire.ts).
    */
   tick(now: number, judge: boolean): void {
     if (this.#done || this.#reply === "") return;
