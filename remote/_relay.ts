@@ -24,7 +24,7 @@ import {
   type StreamFd,
 } from "../core/frame.ts";
 import type { RequestChannel, RequestSink } from "../core/worker_handle.ts";
-import { killGroups, startTimeOf } from "../adapters/_signals.ts";
+import { killGroups, startTimeOf } from "../adapters/_process.ts";
 import type { AgentEvent } from "./agent.ts";
 import {
   CALLER_SILENCE_MS,
