@@ -5,7 +5,7 @@
  * @module
  */
 
-import { currentPlatform } from "./adapters/runtime.ts";
+import { currentPlatform } from "./adapters/platform.ts";
 import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./shapes/command.ts";
 import type { Scheduler } from "./core/execution.ts";
 import { requestDefaults } from "./core/options.ts";
