@@ -5,11 +5,13 @@
  * @module
  */
 
-import { currentPlatform } from "./adapters/runtime.ts";
+import { currentPlatform } from "./adapters/platform.ts";
 import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./shapes/command.ts";
 import type { Scheduler } from "./core/execution.ts";
 import { requestDefaults } from "./core/options.ts";
-import { checkMaxQueue, PoolCore, type PoolOptions as LocalPoolOptions, type PoolStats } from "./core/pool_core.ts";
+import { PoolCore } from "./core/pool_core.ts";
+import { checkMaxQueue, type PoolOptions as LocalPoolOptions } from "./core/pool_options.ts";
+import type { PoolStats } from "./core/pool_stats.ts";
 import type { RemoteOptions, RemoteTlsOptions } from "./remote/options.ts";
 import { DeferredRemotePool } from "./remote/deferred_pool.ts";
 import {

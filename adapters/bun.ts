@@ -10,7 +10,7 @@ import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import type { ResourceUsage } from "../core/usage.ts";
 import { exitBySignal } from "../core/signals.ts";
-import { commandEnv, groupIdTaken, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
+import { commandEnv, groupIdTaken, orphanKiller, ownProcess, vouchFor } from "./_process.ts";
 import { system } from "./_system.ts";
 import { bunSocketChannel } from "./_bun_socket_channel.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";

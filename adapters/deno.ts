@@ -10,7 +10,7 @@ import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
 import { exitBySignal } from "../core/signals.ts";
-import { groupIdTaken, killOwnGroup, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
+import { groupIdTaken, killOwnGroup, orphanKiller, ownProcess, vouchFor } from "./_process.ts";
 import { releasePumps, StreamPump } from "./_stream_pump.ts";
 import type { PendingWorker } from "./_unix_handshake.ts";
 

@@ -10,7 +10,7 @@ import type { ChildProcess } from "node:child_process";
 import type { Socket } from "node:net";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
-import { commandEnv, groupIdTaken, orphanKiller, ownProcess, vouchFor } from "./_signals.ts";
+import { commandEnv, groupIdTaken, orphanKiller, ownProcess, vouchFor } from "./_process.ts";
 import { system } from "./_system.ts";
 
 /**

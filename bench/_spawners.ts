@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import type { RuntimeName } from "../mod.ts";
 
 /**
- * The runtime running this benchmark. (Not `detectRuntime()` from adapters/runtime.ts: importing it would load
+ * The runtime running this benchmark. (Not `detectRuntime()` from adapters/platform.ts: importing it would load
  * the TypeScript sources into a Bun or Node host that measures dist/, and make the host larger.)
  */
 export const HOST: RuntimeName = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";

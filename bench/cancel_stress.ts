@@ -12,7 +12,7 @@
  */
 
 import process from "node:process";
-import { detectRuntime } from "../adapters/runtime.ts";
+import { detectRuntime } from "../adapters/platform.ts";
 import { Pool, type RuntimeName } from "../mod.ts";
 import { cancelledYes } from "../support/soak.ts";
 import { countOf } from "../support/fixture.mjs";

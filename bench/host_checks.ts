@@ -10,7 +10,7 @@
 
 import { tmpdir } from "node:os";
 import { preflight } from "../adapters/_preflight.ts";
-import { detectRuntime } from "../adapters/runtime.ts";
+import { detectRuntime } from "../adapters/platform.ts";
 import type { SpawnRequest } from "../core/frame.ts";
 import { countOf, median } from "../support/fixture.mjs";
 

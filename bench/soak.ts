@@ -1,20 +1,16 @@
 /**
- * The long soak: 100,000 mixed spawns at 64 in flight through one pool (see support/soak.ts), under
- * whichever runtime runs it; prints a JSON report (fds, child processes, worker memory before and after).
+ * The long soak: 100,000 mixed spawns at 64 in flight through one pool (support/soak.ts, the run tests/soak_test.ts
+ * makes with fewer), under whichever runtime runs it; prints a JSON report (fds, child processes, worker memory before
+ * and after, and what was wrong) and exits 1 if anything was.
  * `deno run -A bench/soak.ts`, `bun bench/soak.ts`, `node bench/soak.ts`; SOAK_SPAWNS, BENCH_WORKERS.
  */
 
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import process from "node:process";
-import { detectRuntime } from "../adapters/runtime.ts";
-import { Pool, type RuntimeName } from "../mod.ts";
-import { soak } from "../support/soak.ts";
+import { detectRuntime } from "../adapters/platform.ts";
+import type { WorkerRuntime } from "../mod.ts";
+import { runSoak } from "../support/soak.ts";
 
-const runtime = process.env.BENCH_WORKERS as RuntimeName | undefined;
-const pool = new Pool(runtime ? { runtime } : {});
-const report = await soak(pool, Number(process.env.SOAK_SPAWNS ?? 100_000), 64, mkdtempSync(join(tmpdir(), "soak-")));
-await pool.close();
-console.log(JSON.stringify({ host: detectRuntime(), ...report }));
-process.exit(report.wrong.length === 0 && report.fds.after === report.fds.before ? 0 : 1);
+const runtime = process.env.BENCH_WORKERS as WorkerRuntime | undefined;
+const { report, problems } = await runSoak(runtime, Number(process.env.SOAK_SPAWNS ?? 100_000));
+console.log(JSON.stringify({ host: detectRuntime(), ...report, problems }));
+process.exit(problems.length === 0 ? 0 : 1);

@@ -7,7 +7,7 @@
  */
 
 import process from "node:process";
-import { detectRuntime } from "../adapters/runtime.ts";
+import { detectRuntime } from "../adapters/platform.ts";
 import { Pool, type WorkerRuntime } from "../mod.ts";
 import { abandonedYes } from "../support/abandoned.ts";
 

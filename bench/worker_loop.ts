@@ -11,7 +11,7 @@
 import process from "node:process";
 import type { Adapter, ByteChannel, ChannelReceiver, ChildEvents, SpawnedChild } from "../core/adapter.ts";
 import { encodeHeader, encodeJson, Frame, HEADER_BYTES } from "../core/frame.ts";
-import { detectRuntime } from "../adapters/runtime.ts";
+import { detectRuntime } from "../adapters/platform.ts";
 import { serve } from "../worker/serve.ts";
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 20000);

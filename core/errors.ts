@@ -115,3 +115,13 @@ export class SpawnError extends Error {
     this.spawnargs = args;
   }
 }
+
+/**
+ * `ERR_POOL_CLOSED`, for whatever a closed pool refuses or ends (or a pool whose host is exiting refuses); with the
+ * command when there is one.
+ */
+export function poolClosed(command?: string, hostExiting = false): SpawnPoolError {
+  return new SpawnPoolError("ERR_POOL_CLOSED", hostExiting ? "Pool is closed: its host is exiting" : "Pool is closed", {
+    command,
+  });
+}

@@ -83,7 +83,7 @@ static bool valid_terminal(const struct json_doc *doc, const struct json_node *t
   return (n = json_get(doc, root, "detached")) == NULL || n->type != JSON_TRUE;
 }
 
-/* Validates a spawn request exactly as parseRequest in worker/job.ts does. */
+/* Validates a spawn request exactly as parseRequest in core/request_check.ts does (tests/wire_schema_test.ts). */
 static bool valid_request(const struct json_doc *doc) {
   const struct json_node *root = &doc->nodes[0];
   const struct json_node *n;

@@ -28,6 +28,9 @@
  * Linux reads children from /proc/<pid>/task/<tid>/children (or, without CONFIG_PROC_CHILDREN, from every process's
  * parent in /proc); macOS from proc_listchildpids (no subreaper there: a tree is reachable while its processes'
  * parents live). Elsewhere a tree is the command's process group.
+ *
+ * The files: tree.c the walk and the signal, proc_children.c what /proc or libproc says of a process, subreaper.c the
+ * worker as subreaper, tree.h what they share.
  */
 #include "worker.h"
 
@@ -50,6 +53,8 @@
 #include <sys/proc.h>
 #endif
 
+#include "tree.h"
+
 #if defined(__linux__) && defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
 #define HAVE_PIDFD 1
 #else
@@ -58,151 +63,6 @@
 
 /* The longest a walk waits for its processes to stop, in all. */
 #define WALK_DEADLINE_US (50 * 1000)
-
-/* A set of pids, in the order found. */
-struct pid_set {
-  pid_t *pids;
-  size_t count, room;
-};
-
-static bool pid_set_has(const struct pid_set *set, pid_t pid) {
-  for (size_t i = 0; i < set->count; i++) {
-    if (set->pids[i] == pid) return true;
-  }
-  return false;
-}
-
-static void pid_set_add(struct pid_set *set, pid_t pid) {
-  if (set->count == set->room) {
-    set->room = set->room ? set->room * 2 : 64;
-    set->pids = xrealloc(set->pids, set->room * sizeof *set->pids);
-  }
-  set->pids[set->count++] = pid;
-}
-
-/* ---------------------------------------------------------------------------------------------------------- */
-/* What /proc (or libproc) says of a process. */
-
-/* Parsed /proc/<pid>/stat: the state letter (0: gone), the parent, the process group. */
-struct proc_stat {
-  char state;
-  pid_t ppid, pgrp;
-};
-
-#ifdef __linux__
-static struct proc_stat stat_of(pid_t pid) {
-  struct proc_stat st = {0, 0, 0};
-  char path[64], text[512];
-  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return st;
-  ssize_t n;
-  while ((n = read(fd, text, sizeof text - 1)) < 0 && errno == EINTR) {}
-  close(fd);
-  if (n <= 0) return st;
-  text[n] = '\0';
-  const char *paren = strrchr(text, ')'); /* the name may hold anything, ")" included */
-  long ppid, pgrp;
-  char state;
-  if (paren == NULL || sscanf(paren + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) return st;
-  st.state = state;
-  st.ppid = (pid_t)ppid;
-  st.pgrp = (pid_t)pgrp;
-  return st;
-}
-
-/* Whether /proc/<pid>/task/<tid>/children exists (CONFIG_PROC_CHILDREN): -1 not known yet. */
-static int children_files = -1;
-
-/* Appends to `out` every process whose parent is `pid`, from each process's stat: without CONFIG_PROC_CHILDREN. */
-static void children_by_scan(pid_t pid, struct pid_set *out) {
-  DIR *proc = opendir("/proc");
-  if (proc == NULL) return;
-  for (struct dirent *entry; (entry = readdir(proc)) != NULL;) {
-    char *end;
-    long other = strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || other <= 0) continue;
-    if (stat_of((pid_t)other).ppid == pid) pid_set_add(out, (pid_t)other);
-  }
-  closedir(proc);
-}
-
-/* Appends to `out` the children of every thread of `pid` (a child belongs to the thread that forked it). */
-static void children_of(pid_t pid, struct pid_set *out) {
-  if (children_files < 0) {
-    char self[64];
-    snprintf(self, sizeof self, "/proc/%ld/task/%ld/children", (long)getpid(), (long)getpid());
-    children_files = access(self, R_OK) == 0;
-  }
-  if (!children_files) {
-    children_by_scan(pid, out);
-    return;
-  }
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
-  DIR *tasks = opendir(path);
-  if (tasks == NULL) return; /* gone: it has no children left either */
-  for (struct dirent *task; (task = readdir(tasks)) != NULL;) {
-    if (task->d_name[0] < '0' || task->d_name[0] > '9') continue;
-    char file[320];
-    snprintf(file, sizeof file, "/proc/%ld/task/%s/children", (long)pid, task->d_name);
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    char text[4096];
-    size_t filled = 0;
-    for (;;) {
-      ssize_t n = read(fd, text + filled, sizeof text - 1 - filled);
-      if (n < 0 && errno == EINTR) continue;
-      if (n > 0) filled += (size_t)n;
-      /* A full buffer is parsed up to its last separator and refilled with the rest. */
-      text[filled] = '\0';
-      char *last = n > 0 && filled == sizeof text - 1 ? strrchr(text, ' ') : NULL;
-      char *end = last != NULL ? last : text + filled;
-      for (char *p = text; p < end;) {
-        char *next;
-        long child = strtol(p, &next, 10);
-        if (next == p) break;
-        if (child > 0) pid_set_add(out, (pid_t)child);
-        p = next;
-      }
-      if (last == NULL) break;
-      filled = (size_t)(text + filled - last);
-      memmove(text, last, filled);
-    }
-    close(fd);
-  }
-  closedir(tasks);
-}
-#elif defined(__APPLE__)
-static struct proc_stat stat_of(pid_t pid) {
-  struct proc_stat st = {0, 0, 0};
-  struct proc_bsdinfo info;
-  if (proc_pidinfo(pid, PROC_PIDTBSDINFO, 0, &info, (int)sizeof info) != (int)sizeof info) return st;
-  st.state = info.pbi_status == SSTOP ? 'T' : info.pbi_status == SZOMB ? 'Z' : 'R';
-  st.ppid = (pid_t)info.pbi_ppid;
-  st.pgrp = (pid_t)info.pbi_pgid;
-  return st;
-}
-
-static void children_of(pid_t pid, struct pid_set *out) {
-  pid_t kids[1024];
-  int n = proc_listchildpids(pid, kids, (int)sizeof kids);
-  for (int i = 0; i < n && i < 1024; i++) {
-    if (kids[i] > 0) pid_set_add(out, kids[i]);
-  }
-}
-#else
-static struct proc_stat stat_of(pid_t pid) {
-  (void)pid;
-  struct proc_stat st = {'T', 0, 0};
-  return st;
-}
-
-static void children_of(pid_t pid, struct pid_set *out) {
-  (void)pid;
-  (void)out;
-}
-#endif
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* A tree: its processes, each held by a pidfd where there are pidfds. */
@@ -375,120 +235,7 @@ void tree_signal(struct job *job, int sig) {
   signal_tree(&tree, job->pid, sig);
 }
 
-/* ---------------------------------------------------------------------------------------------------------- */
-/* The worker as subreaper: on only while every running command is a killTree one. */
-
-static unsigned plain_running;   /* running commands that are not killTree ones (detached ones included) */
-static unsigned tree_running;    /* running killTree commands */
-static bool subreaper_on;        /* PR_SET_CHILD_SUBREAPER is set on the worker */
-static bool adopted_possible;    /* it was on at some point: adopted children may need reaping */
-static struct pid_set foreign;   /* the worker's children, not commands', from before it was last turned on */
-
-static bool is_command(pid_t pid) {
-  for (struct job *job = live; job != NULL; job = job->next) {
-    if (job->pid == pid && !job->reaped) return true;
-  }
-  return false;
-}
-
-/* The worker's children that are not commands' (what it adopted, or what a command made with CLONE_PARENT). */
-static struct pid_set not_commands(void) {
-  struct pid_set kids = {0}, out = {0};
-  children_of(getpid(), &kids);
-  for (size_t i = 0; i < kids.count; i++) {
-    if (!is_command(kids.pids[i])) pid_set_add(&out, kids.pids[i]);
-  }
-  free(kids.pids);
-  return out;
-}
-
-static void set_subreaper(bool on) {
-#ifdef __linux__
-  if (on == subreaper_on) return;
-  if (on) {
-    /* What is the worker's already came from plain commands (CLONE_PARENT): never taken for a killTree leftover. */
-    struct pid_set now = not_commands();
-    for (size_t i = 0; i < now.count; i++) {
-      if (!pid_set_has(&foreign, now.pids[i])) pid_set_add(&foreign, now.pids[i]);
-    }
-    free(now.pids);
-  }
-  if (prctl(PR_SET_CHILD_SUBREAPER, on ? 1UL : 0UL, 0UL, 0UL, 0UL) != 0) return;
-  subreaper_on = on;
-  if (on) adopted_possible = true;
-#else
-  (void)on;
-#endif
-}
-
-static bool plain(const struct job *job) {
-  return !job->kill_tree || job->detached;
-}
-
-/* Whether the command runs in a cgroup leaf, which holds its tree: the worker never needs to adopt its orphans. */
-static bool contained(const struct job *job) {
-  return cgroup_enabled() && !job->detached;
-}
-
-/* Before a command starts: a plain command's orphans must not come to the worker, so it stops being a subreaper. */
-void tree_before_spawn(const struct job *job) {
-  if (contained(job)) return;
-  if (plain(job)) {
-    plain_running++;
-    set_subreaper(false);
-  } else {
-    tree_running++;
-    if (plain_running == 0) set_subreaper(true);
-  }
-}
-
-void tree_spawn_failed(const struct job *job) {
-  if (contained(job)) return;
-  if (plain(job)) plain_running--;
-  else tree_running--;
-  if (plain_running == 0 && tree_running > 0) set_subreaper(true);
-}
-
-/*
- * After a command's exit was seen: the counts, and whether the worker is a subreaper from now on. What a killTree
- * command left in its process group is killed; and while the worker is a subreaper, what it adopted (the command's
- * children, re-parented at its exit before that exit could be seen) is killed with its whole tree.
- */
-void tree_after_exit(const struct job *job) {
-  if (contained(job)) {
-    if (job->kill_tree && job->leaf >= 0) cgroup_leaf_kill(job->leaf);
-    return;
-  }
-  if (plain(job)) plain_running--;
-  else tree_running--;
-  if (!plain(job)) {
-    if (!job->reaped) kill(-job->pid, SIGKILL);
-    if (subreaper_on) {
-      struct pid_set orphans = not_commands();
-      for (size_t i = 0; i < orphans.count; i++) {
-        if (pid_set_has(&foreign, orphans.pids[i])) continue;
-        /* The worker's own unreaped child: its pid is safe; what is below it is found as below a command. */
-        struct tree tree = stop_tree(orphans.pids[i], 0);
-        signal_tree(&tree, 0, SIGKILL);
-      }
-      free(orphans.pids);
-    }
-  }
-  if (plain_running == 0 && tree_running > 0) set_subreaper(true);
-}
-
-/* On SIGCHLD: reaps the adopted children that exited (commands' zombies stay until their jobs are done). */
-void reap_adopted(void) {
-  if (!adopted_possible) return;
-  struct pid_set orphans = not_commands();
-  for (size_t i = 0; i < orphans.count; i++) {
-    pid_t r;
-    while ((r = waitpid(orphans.pids[i], NULL, WNOHANG)) < 0 && errno == EINTR) {}
-    if (r != orphans.pids[i]) continue;
-    /* Reaped by the worker, which alone could: its pid leaves `foreign` before anything can reuse it. */
-    for (size_t k = 0; k < foreign.count; k++) {
-      if (foreign.pids[k] == orphans.pids[i]) foreign.pids[k] = foreign.pids[--foreign.count];
-    }
-  }
-  free(orphans.pids);
+void tree_kill_from(pid_t root) {
+  struct tree tree = stop_tree(root, 0);
+  signal_tree(&tree, 0, SIGKILL);
 }

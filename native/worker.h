@@ -14,7 +14,13 @@
  *   spawn_env.c    a command's environment and its program's path
  *   terminal.c     a command's pseudo-terminal: opening it, resizing it, raw mode
  *   cgroup.c       cgroup v2 leaves: each command started, killed and measured in its own
- *   tree.c         a command's whole tree: finding it, stopping it, signalling it; the worker as subreaper
+ *   cgroup_root.c  cgroup_init: the root of the leaves, its controllers, what this kernel does
+ *   cgroup_fork.c  starting a process in a leaf (clone3, or fork and a migration)
+ *   cgroup_files.c a cgroup's files, its events, freezing and killing what it holds (cgroup.h: what these share)
+ *   cgroup_stubs.c the cgroup functions on systems other than Linux
+ *   tree.c         a command's whole tree: finding it, stopping it, signalling it
+ *   proc_children.c  what /proc (or libproc) says of a process: its parent, group and children (tree.h)
+ *   subreaper.c    the worker as subreaper, and the orphans it adopts
  *   wire_names.c   signal and errno names
  *   buffer.c       xrealloc and the growable byte buffer
  *   json.c         the JSON parser

@@ -10,7 +10,7 @@ import { hostname, userInfo } from "node:os";
 import process from "node:process";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { currentPlatform } from "../adapters/runtime.ts";
+import { currentPlatform } from "../adapters/platform.ts";
 import type { WorkerRuntime } from "../core/adapter.ts";
 import { Agent, type AgentEvent, type AgentOptions } from "./agent.ts";
 

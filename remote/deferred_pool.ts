@@ -6,11 +6,11 @@
  * @module
  */
 
-import { SpawnPoolError } from "../core/errors.ts";
+import { poolClosed, SpawnPoolError } from "../core/errors.ts";
 import type { SpawnRequest } from "../core/frame.ts";
 import type { Scheduler, Submission } from "../core/execution.ts";
 import type { RequestDefaults } from "../core/options.ts";
-import { poolClosed, type PoolStats } from "../core/pool_core.ts";
+import type { PoolStats } from "../core/pool_stats.ts";
 import { checkRemoteOptions, type RemoteOptions } from "./options.ts";
 import type { RemotePool } from "./remote_pool.ts";
 

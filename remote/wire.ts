@@ -183,3 +183,8 @@ export const INBOX_PREFIX = "_INBOX";
 export function isInbox(subject: string | undefined): subject is string {
   return subject !== undefined && subject.length > INBOX_PREFIX.length + 1 && subject.startsWith(`${INBOX_PREFIX}.`);
 }
+
+/** An error's message, or what was thrown as a string. */
+export function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -259,12 +259,12 @@ export function spawnArguments(
  * ```
  */
 export class PooledSubprocess {
-  /** Stdin when it is "pipe"; null on a terminal; undefined otherwise. */
-  readonly stdin: PooledFileSink | undefined | null;
-  /** Stdout when it is "pipe"; null on a terminal; undefined otherwise. */
-  readonly stdout: OutputReadableStream | undefined | null;
-  /** Stderr when it is "pipe"; null on a terminal; undefined otherwise. */
-  readonly stderr: OutputReadableStream | undefined | null;
+  /** Stdin when it is "pipe"; undefined otherwise, and null on a terminal (Bun's value, which its types omit too). */
+  readonly stdin: PooledFileSink | undefined;
+  /** Stdout when it is "pipe"; undefined otherwise, and null on a terminal (as stdin). */
+  readonly stdout: OutputReadableStream | undefined;
+  /** Stderr when it is "pipe"; undefined otherwise, and null on a terminal (as stdin). */
+  readonly stderr: OutputReadableStream | undefined;
   /** The terminal the command runs on (`terminal`); undefined without one. */
   readonly terminal: Terminal | undefined;
   /** As Bun's `proc.stdio`: null for each slot, the three standard ones and the empty ones past them. */
@@ -292,7 +292,8 @@ export class PooledSubprocess {
       throw new TypeError("onExit must be a function");
     }
     if (options.terminal !== undefined) {
-      this.stdin = this.stdout = this.stderr = null;
+      // Bun's values on a terminal, outside its declared types as in Bun's own.
+      this.stdin = this.stdout = this.stderr = null as unknown as undefined;
       this.stdio = [null, null, null];
       this.terminal = terminalOf(options.terminal);
       this.#execution = this.#start(scheduler, cmd, options, this.terminal);

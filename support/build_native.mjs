@@ -73,7 +73,7 @@ export function buildNative({ quiet = false } = {}) {
   return NATIVE_WORKER;
 }
 
-/** Copies the release build to where the npm build looks for it (adapters/runtime.ts). */
+/** Copies the release build to where the npm build looks for it (adapters/platform.ts). */
 export function copyNativeToDist() {
   const target = join(root, "dist", "native", `spawnpool-worker-${process.platform}-${process.arch}`);
   mkdirSync(join(root, "dist", "native"), { recursive: true });

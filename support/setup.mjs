@@ -48,7 +48,7 @@ function installPinned() {
  * `dist/mod.js` and `dist/node.js` share their code (the default pool is one) in chunks under `dist/lib/`, with the
  * modules loaded on demand (a worker's channel, the loop run in the host) in chunks of their own; the worker
  * (`dist/worker/main.js`) and the agent's command line (`dist/remote/cli.js`) are bundles of their own. Every file that
- * holds `adapters/runtime.ts` sits one directory below dist/, where it finds `../worker/main.js` and `../native/`.
+ * holds `adapters/platform.ts` sits one directory below dist/, where it finds `../worker/main.js` and `../native/`.
  * With `into`, the same build goes into that directory instead, without the native worker (the JSR package,
  * tools/stage.mjs), and the checkout's dist/ is left alone. `npmWorkers` (the JSR package: the worker packages, name to
  * version) is defined as `SPAWNPOOL_NPM_WORKERS` (JSON text), which makes a Deno host import its native worker from npm

@@ -3,15 +3,17 @@
  * failing exit code, a killed `sleep`, a streamed `yes` whose reader cancels after one chunk, and `yes` commands
  * walked away from (killed or timed out with their output never read, or read a little and then left),
  * `concurrency` at a time, every result and every output read checked. Reports the host's open fds and child
- * processes, the workers' fds, children and memory, before and after. Used by tests/soak_test.ts and bench/soak.ts
- * (100,000 spawns).
+ * processes, the workers' fds, children and memory, before and after; what of that is wrong ({@linkcode soakProblems});
+ * and the run of both tests/soak_test.ts and bench/soak.ts (100,000 spawns) ({@linkcode runSoak}).
  */
 
 import { Buffer } from "node:buffer";
-import { readdirSync } from "node:fs";
+import { mkdtempSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import process from "node:process";
 import { catFixtureBytes, writeCatFixture } from "../support/fixture.mjs";
-import { type Pool, SpawnError } from "../mod.ts";
+import { Pool, SpawnError, type WorkerRuntime } from "../mod.ts";
 import { alive, childPids, openFds, rssBytes } from "./proc.ts";
 
 /** What a soak run saw. */
@@ -183,4 +185,44 @@ export async function soak(pool: Pool, spawns: number, concurrency: number, scra
 async function settled(pool: Pool): Promise<void> {
   const deadline = performance.now() + 5000;
   while (pool.stats().inFlight > 0 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+}
+
+/**
+ * What a soak left wrong or behind, one line each (none: it passed): a wrong result or output, a host fd or child
+ * process more or fewer than before, a worker's child left, a worker's fds grown by more than a few (a Deno worker
+ * opens and closes a few of its own now and then; a leak per command would be thousands).
+ */
+export function soakProblems(report: SoakReport): string[] {
+  const problems = [...report.wrong];
+  if (report.fds.after !== report.fds.before) {
+    problems.push(`open fds: ${report.fds.before} -> ${report.fds.after} (${JSON.stringify(report.fds)})`);
+  }
+  if (report.children.after !== report.children.before) {
+    problems.push(`child processes (the workers): ${report.children.before} -> ${report.children.after}`);
+  }
+  if (report.workers.children.after !== 0) {
+    problems.push(`the workers' children (commands, zombies): ${report.workers.children.after} left`);
+  }
+  if (report.workers.fds.after > report.workers.fds.before + 4) {
+    problems.push(`the workers' fds: ${report.workers.fds.before} -> ${report.workers.fds.after}`);
+  }
+  return problems;
+}
+
+/**
+ * The soak as tests/soak_test.ts and bench/soak.ts run it: `spawns` mixed spawns at 64 in flight through a new pool of
+ * `runtime` workers (the default pool's choice when undefined), judged by {@linkcode soakProblems} before the pool
+ * closes.
+ */
+export async function runSoak(
+  runtime: WorkerRuntime | undefined,
+  spawns: number,
+): Promise<{ report: SoakReport; problems: string[] }> {
+  const pool = new Pool(runtime ? { runtime } : {});
+  try {
+    const report = await soak(pool, spawns, 64, mkdtempSync(join(tmpdir(), "spawnpool-soak-")));
+    return { report, problems: soakProblems(report) };
+  } finally {
+    await pool.close();
+  }
 }

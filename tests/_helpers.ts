@@ -6,7 +6,7 @@
 
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { detectRuntime } from "../adapters/runtime.ts";
+import { detectRuntime } from "../adapters/platform.ts";
 import { encodeHeader, type FrameType } from "../core/frame.ts";
 
 export { alive, childPids, descendants, markedProcesses, openFds, rssAnonBytes, rssBytes } from "../support/proc.ts";

@@ -52,3 +52,17 @@ describe("the docs' relative links", () => {
     });
   }
 });
+
+describe("docs/how-it-works.md's test map", () => {
+  it("its Tests section names every test file (a `{a,b}` group names each of its members)", () => {
+    const text = readFileSync(join(root, "docs/how-it-works.md"), "utf8");
+    const section = text.slice(text.indexOf("\n## Tests\n"));
+    const named = new Set<string>();
+    for (const [, stem, group, tail] of section.matchAll(/(\w*)\{([\w,]+)\}(\w*_test\.ts)/g)) {
+      for (const part of group.split(",")) named.add(`${stem}${part}${tail}`);
+    }
+    for (const [name] of section.matchAll(/\w+_test\.ts/g)) named.add(name);
+    const files = readdirSync(join(root, "tests")).filter((name) => name.endsWith("_test.ts"));
+    assert.deepEqual(files.filter((name) => !named.has(name)), [], "add these to the Tests section");
+  });
+});

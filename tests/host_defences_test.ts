@@ -24,7 +24,7 @@ import {
   PROTOCOL_VERSION,
 } from "../core/frame.ts";
 import { WorkerHandle } from "../core/worker_handle.ts";
-import { groupIdTaken, orphanKiller, vouchFor } from "../adapters/_signals.ts";
+import { groupIdTaken, orphanKiller, vouchFor } from "../adapters/_process.ts";
 import { system } from "../adapters/_system.ts";
 import { Execution } from "../core/execution.ts";
 import { Pool, SpawnError, SpawnPoolError } from "../mod.ts";

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { currentPlatform } from "../adapters/runtime.ts";
+import { currentPlatform } from "../adapters/platform.ts";
 import { PoolCommand } from "../shapes/command.ts";
 import { PoolCore } from "../core/pool_core.ts";
 import { Command, Pool, spawn, SpawnPoolError } from "../mod.ts";

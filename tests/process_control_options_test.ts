@@ -12,7 +12,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { after, before, describe, it } from "node:test";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { currentPlatform } from "../adapters/runtime.ts";
+import { currentPlatform } from "../adapters/platform.ts";
 import {
   concatBytes,
   decodeExit,

@@ -6,15 +6,7 @@
  */
 
 import type { SpawnedChild } from "../core/adapter.ts";
-import {
-  decodeJson,
-  isWireTerminal,
-  ProtocolError,
-  type SpawnRequest,
-  type StopReason,
-  type StreamFd,
-} from "../core/frame.ts";
-import { isWireLimits } from "../core/limits.ts";
+import type { SpawnRequest, StopReason, StreamFd } from "../core/frame.ts";
 
 /** A write to the child's stdin, or its end. */
 export type StdinOp = Uint8Array | "end";
@@ -82,34 +74,5 @@ export class Job {
   }
 }
 
-/** Decodes and checks a Spawn frame's payload: a malformed request is a protocol error, never a guess. */
-export function parseRequest(payload: Uint8Array): SpawnRequest {
-  const raw = decodeJson(payload);
-  const isStringArray = (v: unknown) => Array.isArray(v) && v.every((s) => typeof s === "string");
-  const isMode = (v: unknown) => v === "piped" || v === "inherit" || v === "null";
-  const isCount = (v: unknown) => typeof v === "number" && Number.isFinite(v) && v >= 0;
-  if (
-    typeof raw.cmd !== "string" || !isStringArray(raw.args) ||
-    !(raw.cwd === undefined || typeof raw.cwd === "string") ||
-    !(raw.env === undefined ||
-      (typeof raw.env === "object" && raw.env !== null && !Array.isArray(raw.env) &&
-        Object.values(raw.env).every((v) => typeof v === "string"))) ||
-    !isMode(raw.stdin) || !isMode(raw.stdout) || !isMode(raw.stderr) ||
-    typeof raw.buffered !== "boolean" || typeof raw.killSignal !== "string" ||
-    !isCount(raw.forceKillAfterDelay) || !isCount(raw.window) || raw.window === 0 ||
-    !(raw.timeout === undefined || isCount(raw.timeout)) ||
-    !(raw.maxBuffer === undefined || isCount(raw.maxBuffer)) ||
-    !(raw.argv0 === undefined || typeof raw.argv0 === "string") ||
-    !(raw.uid === undefined || Number.isInteger(raw.uid)) ||
-    !(raw.gid === undefined || Number.isInteger(raw.gid)) ||
-    !(raw.detached === undefined || typeof raw.detached === "boolean") ||
-    !(raw.sockets === undefined || typeof raw.sockets === "boolean") ||
-    !(raw.killTree === undefined || typeof raw.killTree === "boolean") ||
-    !(raw.limits === undefined || isWireLimits(raw.limits)) ||
-    !(raw.terminal === undefined || isWireTerminal(raw)) ||
-    typeof raw.group !== "boolean"
-  ) {
-    throw new ProtocolError("Spawn request is malformed");
-  }
-  return raw as unknown as SpawnRequest;
-}
+/** Decodes and checks a Spawn frame's payload (core/request_check.ts, the one check the agent makes too). */
+export { parseRequest } from "../core/request_check.ts";

@@ -6,7 +6,7 @@
  */
 
 import type { ChannelKind } from "../core/adapter.ts";
-import { adapterFor, detectRuntime } from "../adapters/runtime.ts";
+import { adapterFor, detectRuntime } from "../adapters/platform.ts";
 import { serve } from "./serve.ts";
 
 const adapter = adapterFor(detectRuntime());

@@ -116,7 +116,7 @@ export function defaultExecPath(runtime: RuntimeName, host: RuntimeName): string
 }
 
 /**
- * Where the native worker is looked for first: for the sources (a checkout's `adapters/runtime.ts`), the build of
+ * Where the native worker is looked for first: for the sources (a checkout's `adapters/platform.ts`), the build of
  * `npm run build:native` in `native/build/spawnpool-worker`; for the bundle (`dist/lib/`), the copy a checkout's build
  * puts in `dist/native/spawnpool-worker-<platform>-<arch>`. Only the one that can exist is looked at (a `stat` that
  * fails costs a Deno process about 0.3 ms: bench/first_use.mjs). None for a remote module (JSR, a URL).
