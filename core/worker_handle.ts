@@ -96,6 +96,11 @@ export class WorkerHandle implements RequestChannel {
   #maxId: number;
   #refs = 1; // held until hello, so a host awaiting `ready()` stays alive
   #closed: SpawnPoolError | undefined;
+  /**
+   * Spawned frames of the chunk being read, by request id, not yet handed over: each is vouched for and delivered at
+   * the chunk's end, or before the next frame of its request (see {@linkcode WorkerHandle.#dispatch}).
+   */
+  #heldSpawned = new Map<number, Uint8Array>();
   /** The worker's process has exited (its channel may still hold what it sent before). */
   #processExited = false;
   /** Set by {@linkcode WorkerHandle.hostExiting}. */
@@ -161,12 +166,23 @@ export class WorkerHandle implements RequestChannel {
     }, { lent: process.channel.lendsChunks === true, allocate: process.channel.allocate });
     process.channel.start({
       data: (chunk) => {
+        let failure: unknown;
         try {
           decoder.push(chunk);
         } catch (error) {
+          failure = error;
+        }
+        try {
+          // Also when the chunk broke the protocol: the commands it reported are known (and vouched for) before the
+          // shutdown kills what this worker leaves behind.
+          this.#releaseSpawned();
+        } catch (error) {
+          failure ??= error;
+        }
+        if (failure !== undefined) {
           this.#shutdown(
-            new SpawnPoolError("ERR_PROTOCOL", `Worker ${process.pid} broke the protocol: ${message(error)}`, {
-              cause: error,
+            new SpawnPoolError("ERR_PROTOCOL", `Worker ${process.pid} broke the protocol: ${message(failure)}`, {
+              cause: failure,
             }),
           );
         }
@@ -272,12 +288,53 @@ export class WorkerHandle implements RequestChannel {
     this.#hostExiting = true;
   }
 
-  /** Hands a frame to its request, once {@linkcode deliverFrame} has checked it against where the request is. */
+  /**
+   * Hands a frame to its request. A Spawned frame is held until the end of the chunk it came in, or until the next
+   * frame of its request: a request whose Exit came in the same chunk (a short command's, which the native worker
+   * sends together) is complete, so nothing of its pid is kept to kill later and its vouch (a read of /proc, 10-230 µs
+   * in the runtimes: the first read of a new pid's entry is the dear one) is skipped; it is still checked as any pid
+   * (deliverFrame). Every other Spawned is vouched for before its request hears of its pid, as before.
+   */
   #dispatch(type: number, id: number, payload: Uint8Array, lent: boolean): void {
+    if (this.#heldSpawned.size > 0) {
+      const held = this.#heldSpawned.get(id);
+      if (held !== undefined) {
+        this.#heldSpawned.delete(id);
+        this.#deliver(Frame.Spawned, id, held, false, type !== Frame.Exit);
+      }
+    }
+    if (type === Frame.Spawned && this.process.vouch !== undefined && this.#requests.get(id)?.pid === undefined) {
+      this.#heldSpawned.set(id, payload.slice()); // a copy: the channel may reuse a lent payload's bytes
+      return;
+    }
+    this.#deliver(type, id, payload, lent, true);
+  }
+
+  /** Delivers the Spawned frames still held (see {@linkcode WorkerHandle.#dispatch}), each vouched for. */
+  #releaseSpawned(): void {
+    if (this.#heldSpawned.size === 0) return;
+    const held = [...this.#heldSpawned];
+    this.#heldSpawned.clear();
+    let failure: unknown;
+    for (const [id, payload] of held) {
+      try {
+        this.#deliver(Frame.Spawned, id, payload, false, true);
+      } catch (error) {
+        failure ??= error;
+      }
+    }
+    if (failure !== undefined) throw failure;
+  }
+
+  /**
+   * Hands a frame to its request, once {@linkcode deliverFrame} has checked it against where the request is; a
+   * Spawned frame's pid is vouched for first when `vouch` says so.
+   */
+  #deliver(type: number, id: number, payload: Uint8Array, lent: boolean, vouch: boolean): void {
     const sink = this.#requests.get(id);
     if (sink === undefined) throw new ProtocolError(`Frame of type ${type} for unknown request ${id}`);
     // Before the request hears of its pid: a worker that names a process not its child is not believed.
-    const start = type === Frame.Spawned && sink.pid === undefined ? this.#vouch(id, payload) : undefined;
+    const start = vouch && type === Frame.Spawned && sink.pid === undefined ? this.#vouch(id, payload) : undefined;
     if (deliverFrame(sink, type, id, payload, lent, this.process.pid)) {
       this.#requests.delete(id);
       this.#children.delete(id);

@@ -99,6 +99,7 @@ static void run_timers(void) {
       kill_group_for_good(job);
     }
     if (job->linger_at && now >= job->linger_at) check_lingering(job);
+    if (job->spawned_at > 0 && now >= job->spawned_at) send_spawned(job);
     if (job->grace_at && now >= job->grace_at) {
       job->grace_at = 0;
       /* Output that came after this turn's poll is read by the next one, which arms the grace again. */
@@ -115,8 +116,8 @@ static void run_timers(void) {
 static int next_timeout_ms(void) {
   int64_t next = 0;
   for (struct job *job = live; job != NULL; job = job->next) {
-    int64_t at[4] = {job->timeout_at, job->force_at, job->grace_at, job->linger_at};
-    for (int i = 0; i < 4; i++) {
+    int64_t at[5] = {job->timeout_at, job->force_at, job->grace_at, job->linger_at, job->spawned_at > 0 ? job->spawned_at : 0};
+    for (int i = 0; i < 5; i++) {
       if (at[i] && (next == 0 || at[i] < next)) next = at[i];
     }
   }

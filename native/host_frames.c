@@ -195,9 +195,9 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t len) {
     free(job);
     return;
   }
-  uint8_t pid[4];
-  put_u32(pid, (uint32_t)job->pid);
-  send_frame(F_SPAWNED, id, pid, 4);
+  /* A buffered command without stdin from the host hears nothing from the worker before its end: its Spawned may wait. */
+  if (job->buffered && !job->piped[0]) job->spawned_at = now_us() + SPAWNED_HOLD_US;
+  else send_spawned(job);
   track_job(job);
   for (int fd = 1; fd <= 2; fd++) {
     job->open[fd] = job->piped[fd];

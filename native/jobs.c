@@ -170,11 +170,21 @@ static void send_exit(struct job *job, uint8_t type, bool with_output) {
   frame_end(type, job->id, length);
 }
 
+/* Tells the host the command's pid (Spawned), unless it was told already; before any other frame of the job's. */
+void send_spawned(struct job *job) {
+  if (job->spawned_at < 0) return;
+  job->spawned_at = -1;
+  uint8_t pid[4];
+  put_u32(pid, (uint32_t)job->pid);
+  send_frame(F_SPAWNED, job->id, pid, 4);
+}
+
 /* Completes a request once the child exited and its streams ended: Exit, then only stdin may still drain. */
 void finish(struct job *job) {
   if (job->done || !job->exited || job->open[1] || job->open[2]) return;
   job->done = true;
   job->timeout_at = job->force_at = job->grace_at = 0;
+  send_spawned(job); /* a short command's goes out with its Exit, in the same write */
   reap(job);
   unhash(job);
   send_exit(job, F_EXIT, true);

@@ -171,6 +171,7 @@ void check_lingering(struct job *job) {
 }
 
 static void flush_collected(struct job *job) {
+  send_spawned(job);
   for (int fd = 1; fd <= 2; fd++) {
     if (job->collected[fd].len > 0) {
       send_frame(fd == 1 ? F_STDOUT : F_STDERR, job->id, job->collected[fd].data, job->collected[fd].len);

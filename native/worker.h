@@ -81,6 +81,12 @@ enum { TERMINAL_RESIZE = 1, TERMINAL_RAW = 2 };
 /* As worker/serve.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's streams. */
 #define MAX_CHUNK_BYTES (1024 * 1024)
 #define STREAM_GRACE_US (200 * 1000)
+/*
+ * How long a buffered command's Spawned frame may wait to go out with its Exit (send_spawned): a short command's whole
+ * answer then reaches the host in one write and one wake-up, not two, and the host skips its check of a pid it will
+ * never signal (core/worker_handle.ts). Nothing of a buffered request shows its pid to a user.
+ */
+#define SPAWNED_HOLD_US (2 * 1000)
 /* After the exit, streamed output may run this many windows ahead of credit (core/frame.ts EXIT_TAIL_WINDOWS). */
 #define EXIT_TAIL_WINDOWS 2
 /* A released socket is closed once its writer has written nothing for LINGER_STILL_US and is blocked on a full socket,
@@ -174,6 +180,7 @@ struct job {
   struct stdin_op *stdin_head, *stdin_tail;
   int64_t timeout_at, force_at, grace_at; /* monotonic us; 0: not armed */
   int64_t linger_at, linger_until;         /* the next look at lingering sockets, and the last */
+  int64_t spawned_at; /* when its held Spawned frame goes out (SPAWNED_HOLD_US), if not with its Exit; -1: sent */
 };
 
 /*
@@ -245,6 +252,7 @@ void free_graves(void);
 enum kill_scope { KILL_PID, KILL_GROUP, KILL_TREE };
 void kill_child(struct job *job, int sig, enum kill_scope scope);
 void kill_group_for_good(struct job *job);
+void send_spawned(struct job *job);
 void finish(struct job *job);
 void stop_for(struct job *job, const char *reason, int sig);
 void check_exit(struct job *job);

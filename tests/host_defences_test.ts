@@ -186,6 +186,82 @@ describe("a host fed random and mutated worker frames (fuzz)", () => {
   });
 });
 
+describe("a Spawned frame's pid, vouched for once per chunk (core/worker_handle.ts)", () => {
+  // A worker of this test's: its vouch is a spy (a stranger's pid is named a lie), its orphans recorded.
+  async function handle() {
+    const { channel, push } = memoryChannel();
+    const vouched: number[] = [];
+    const orphans: number[] = [];
+    let closed: SpawnPoolError | undefined;
+    const fake: WorkerProcess = {
+      pid: 999_999,
+      channel,
+      exited: new Promise(() => {}),
+      kill: () => {},
+      vouch: (pid) => {
+        vouched.push(pid);
+        return pid === 4242 ? false : "12345";
+      },
+      killOrphans: (children) => void orphans.push(...children.map((child) => child.pid)),
+      ref: () => {},
+      unref: () => {},
+    };
+    const worker = new WorkerHandle(fake, (_, error) => void (closed = error));
+    push(frame(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime: "native", pid: 999_999 })));
+    await worker.ready;
+    const scheduler = { submit: (execution: Execution) => execution.assign(worker) };
+    const execution = new Execution(scheduler, {
+      cmd: "x",
+      args: [],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      buffered: true,
+      killSignal: "SIGTERM",
+      forceKillAfterDelay: 0,
+      window: 4096,
+      group: false,
+    });
+    execution.completed.catch(() => {});
+    const exit = frame(Frame.Exit, execution.id, concatBytes(encodeExit({ code: 0, signal: null, reason: null }, [])));
+    return { push, vouched, orphans, closed: () => closed, execution, exit, worker };
+  }
+
+  it("a request whose Exit comes in the same chunk completes without a vouch", async () => {
+    const { push, vouched, execution, exit, closed } = await handle();
+    push(concatBytes([frame(Frame.Spawned, execution.id, encodeU32(4242)), exit]));
+    await execution.completed;
+    assert.deepEqual([vouched, execution.pid, closed()], [[], 4242, undefined]);
+  });
+  it("a Spawned alone in its chunk is vouched for before its request hears of it: a stranger's pid is a lie", async () => {
+    const { push, vouched, execution, closed } = await handle();
+    push(frame(Frame.Spawned, execution.id, encodeU32(4242)));
+    assert.deepEqual(vouched, [4242]);
+    assert.equal(execution.pid, undefined, "the request never heard of the stranger");
+    assert.equal(closed()?.code, "ERR_PROTOCOL");
+    await assert.rejects(execution.completed, (error: SpawnPoolError) => error.code === "ERR_PROTOCOL");
+  });
+  it("a Spawned followed by output in the same chunk is vouched for before the output is delivered", async () => {
+    const { push, vouched, execution, exit, worker, closed } = await handle();
+    push(
+      concatBytes([
+        frame(Frame.Spawned, execution.id, encodeU32(777)),
+        frame(Frame.Stdout, execution.id, encodeU32(1)),
+      ]),
+    );
+    assert.deepEqual([vouched, execution.pid, closed()], [[777], 777, undefined]);
+    push(exit);
+    await execution.completed;
+    assert.equal(worker.inFlight, 0);
+  });
+  it("a chunk that breaks the protocol after a Spawned: that command is known (vouched) when the worker's orphans die", async () => {
+    const { push, vouched, orphans, execution, closed } = await handle();
+    push(concatBytes([frame(Frame.Spawned, execution.id, encodeU32(778)), frame(99, execution.id, new Uint8Array(0))]));
+    assert.equal(closed()?.code, "ERR_PROTOCOL");
+    assert.deepEqual([vouched, orphans], [[778], [778]]);
+  });
+});
+
 describe("a reaped command's process group (worker side)", () => {
   it("is known taken once a live process has its pid, and free while none has", async () => {
     const child = spawn("sleep", ["30"], { detached: true, stdio: "ignore" });

@@ -17,7 +17,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
 import { decodeExit, decodeJson, Frame, FrameDecoder, type SpawnRequest } from "../core/frame.ts";
-import { alive, HOST, withTimeout } from "./_helpers.ts";
+import { alive, frame, HOST, withTimeout } from "./_helpers.ts";
 import { cpuMillis } from "../support/proc.ts";
 import {
   ASAN_WORKER,
@@ -52,6 +52,32 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
     assert.ok(usage !== undefined && usage.maxRSS > 0, "the exit carries what the command used");
     worker.channel.close();
     await expectExit(worker, [0], "after EINVAL");
+  });
+  it("a buffered command's Spawned goes out with its Exit when it ends soon, on its own within ms when it does not (epoll and poll builds)", async () => {
+    for (const command of [undefined, [POLL_WORKER]]) {
+      await withWorker("held Spawned", command, async (worker) => {
+        const at = new Map<string, number>();
+        const t0 = performance.now();
+        worker.onFrame = ({ type, id }) => void at.set(`${type}:${id}`, performance.now() - t0);
+        worker.channel.write([
+          spawnFrame(1, { cmd: "true" }),
+          spawnFrame(2, { cmd: "sleep", args: ["0.5"] }),
+          // stdin from the host: its acks follow the Spawned, which is not held
+          spawnFrame(3, { cmd: "cat", stdin: "piped" }),
+          frame(Frame.StdinEnd, 3, new Uint8Array(0)),
+        ]);
+        const done = await settled(worker, [1, 2, 3], 10_000, "held Spawned");
+        assert.deepEqual([1, 2, 3].map((id) => done.get(id)?.type), [Frame.Exit, Frame.Exit, Frame.Exit]);
+        const order = (id: number) => worker.received.filter((f) => f.id === id).map((f) => f.type);
+        // Every request hears of its spawn first; `true`'s Spawned comes right before its Exit.
+        assert.deepEqual(order(1), [Frame.Spawned, Frame.Exit]);
+        assert.deepEqual(order(2), [Frame.Spawned, Frame.Exit]);
+        assert.equal(order(3)[0], Frame.Spawned);
+        // `sleep 0.5` is told of within the hold (2 ms) and a loop turn, long before its end, under ASan on a busy machine.
+        const spawned = at.get(`${Frame.Spawned}:2`)!, exited = at.get(`${Frame.Exit}:2`)!;
+        assert.ok(spawned < 250 && exited - spawned > 250, `Spawned at ${spawned} ms, Exit at ${exited} ms`);
+      });
+    }
   });
   it("with too few fds for a pidfd each (EMFILE), every command is still reaped: SIGCHLD is the backstop", async () => {
     await withWorker(
