@@ -34,6 +34,8 @@ const ENTRIES: Record<string, string> = {
   "@spawnpool/spawnpool": "../mod.ts",
   "spawnpool/node": "../node.ts",
   "@spawnpool/spawnpool/node": "../node.ts",
+  "spawnpool/pty": "../pty.ts",
+  "@spawnpool/spawnpool/pty": "../pty.ts",
 };
 
 function installed(source: string): string {
