@@ -466,7 +466,8 @@ class Server {
 /**
  * Fails a request that needs what only the native worker gives, before the child exists: `killTree` (a subreaper),
  * `limits` (rlimits set between fork and exec) and `terminal` (a pseudo-terminal made the child's controlling
- * terminal), which no JavaScript runtime's spawn offers (Bun's `terminal` aside, which Bun workers do not use yet).
+ * terminal), which no JavaScript runtime's spawn offers. Bun's `Terminal` is not used: its `data` callback cannot be
+ * paused, so a slow reader could not hold the program back (the worker would buffer its output without bound).
  *
  * @throws {SpawnFailed} ENOTSUP, naming the option.
  */
