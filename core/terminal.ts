@@ -276,6 +276,12 @@ export class Terminal {
     return this.#paused;
   }
 
+  /** @internal Forgets the output held by `pause()` (its reader is gone), and resumes. */
+  drop(): void {
+    this.#held = [];
+    this.#paused = false;
+  }
+
   /** @internal Delivers what was held (also after its command is done) and resumes. */
   resume(): void {
     if (!this.#paused) return;

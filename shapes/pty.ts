@@ -107,6 +107,9 @@ class Emitter<T> {
   }
 }
 
+/** How long an exit waits for a paused reader to resume (node-pty's DESTROY_SOCKET_TIMEOUT_MS). */
+const PAUSED_EXIT_GRACE_MS = 200;
+
 /** Variables node-pty leaves out of the host's environment: they describe the host's own terminal. */
 const HOST_TERMINAL_VARIABLES = ["TMUX", "TMUX_PANE", "STY", "WINDOW", "WINDOWID", "TERMCAP", "COLUMNS", "LINES"];
 
@@ -284,10 +287,19 @@ class PooledPty implements IPty {
     this.#exited({ exitCode: 1, signal: 0 });
   }
 
-  /** The exit, once output held by pause() is delivered: as node-pty's, after the command's last output. */
+  /**
+   * The exit, once output held by pause() is delivered: as node-pty's, after the command's last output. A reader that
+   * stays paused does not hold it for ever: as node-pty destroys its socket 200 ms after the exit, what is still held
+   * then is dropped and the exit comes.
+   */
   #exited(exit: IExitEvent): void {
     this.#exitEvent = exit;
-    if (!this.#terminal.paused) this.#emitExit(exit);
+    if (!this.#terminal.paused) return this.#emitExit(exit);
+    setTimeout(() => {
+      if (this.#exitEvent === undefined) return; // resumed meanwhile
+      this.#terminal.drop();
+      this.#emitExit(exit);
+    }, PAUSED_EXIT_GRACE_MS);
   }
 
   #emitExit(exit: IExitEvent): void {

@@ -207,6 +207,16 @@ await forEachWorker("terminals", (pool, runtime, workers) => {
     assert.equal(received, bytes);
   });
 
+  it("a reader that stays paused does not hold the exit: it comes 200 ms after, as node-pty's", async () => {
+    const pty = ptyFor(pool).spawn("yes", []);
+    pty.pause();
+    await pty.spawned;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    pty.kill("SIGKILL");
+    const exit = await withTimeout(new Promise((resolve) => pty.onExit(resolve)), 5000, "no exit while paused");
+    assert.deepEqual(exit, { exitCode: 0, signal: 9 });
+  });
+
   it("the last output before the exit is never lost", async () => {
     for (let i = 0; i < 20; i++) {
       const s = screen();
