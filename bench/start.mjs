@@ -16,7 +16,7 @@ const script = "bench/compare.ts";
 // Node's native spawns are the slowest by far, so one Node run measures them once for three pooled paths: Node
 // workers, Bun workers, and a Node program that changed its import line (`execFile` of `./node`, Node workers).
 const nodePools = "node,bun,node:execFile,native";
-// Bun workers spend less CPU per spawn than Deno's own (bench/README.md), so the Deno run measures both.
+// Bun workers spend less CPU per spawn than Deno's own (bench/results/2026-11-25-native-worker-summary.md), so the Deno run measures both.
 const denoPools = "deno,bun,native";
 const bunPools = "bun,native";
 const runs = [

@@ -1,5 +1,5 @@
 /**
- * Every relative link in the README, CHANGELOG, docs/ and bench/README.md reaches a file of the checkout, and every
+ * Every relative link in the README, CHANGELOG, CONTRIBUTING, docs/ and bench/README.md reaches a file of the checkout, and every
  * `#anchor` a heading of its file (GitHub's anchors: lower case, punctuation dropped, spaces as dashes).
  */
 
@@ -13,6 +13,7 @@ const root = fileURLToPath(new URL("..", import.meta.url).href);
 const pages = [
   "README.md",
   "CHANGELOG.md",
+  "CONTRIBUTING.md",
   "bench/README.md",
   ...readdirSync(join(root, "docs")).filter((name) => name.endsWith(".md")).map((name) => `docs/${name}`),
 ];
