@@ -302,7 +302,9 @@ export class PooledChildProcess {
     this.#execution = execution;
     this.terminal = terminal;
     const command = execution.request.cmd;
-    this.#status = execution.exited.then(
+    // On a terminal, the status comes after the terminal's last output, so that closing it then loses none.
+    const exit = terminal === undefined ? execution.exited : execution.completed.then(({ info }) => info);
+    this.#status = exit.then(
       (info) => {
         this.#terminated = true;
         return toStatus(info, command);

@@ -297,7 +297,9 @@ export class PooledSubprocess {
       this.stdio = [null, null, null];
       this.terminal = terminalOf(options.terminal);
       this.#execution = this.#start(scheduler, cmd, options, this.terminal);
-      this.exited = this.#exitStatus(this.#execution.exited, options.onExit);
+      // On a terminal, after its last output (Bun's can come first): `await proc.exited; terminal.close()` loses none.
+      const done = this.#execution.completed.then(({ info }) => info);
+      this.exited = this.#exitStatus(done, options.onExit);
       return;
     }
     this.terminal = undefined;
