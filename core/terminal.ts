@@ -58,6 +58,21 @@ function callback<T>(value: T | undefined, what: string): T | undefined {
   return value;
 }
 
+/**
+ * Calls a user's callback from the terminal's own work (reading output, ordering writes): what it throws is the host's
+ * uncaught error, as a throwing listener of a socket's events (or of node-pty's) would be, and the terminal goes on.
+ */
+function callOut<A extends unknown[]>(callback: ((...args: A) => void) | undefined, ...args: A): void {
+  if (callback === undefined) return;
+  try {
+    callback(...args);
+  } catch (error) {
+    queueMicrotask(() => {
+      throw error;
+    });
+  }
+}
+
 /** Bytes of what a terminal is given to write. */
 function toBytes(data: unknown): Uint8Array {
   if (typeof data === "string") return new TextEncoder().encode(data);
@@ -295,7 +310,8 @@ export class Terminal {
   #send(command: TerminalCommand, bytes: Uint8Array): void {
     this.#pending++;
     this.#writes = this.#writes.then(() => command.write(bytes)).catch(() => false).then(() => {
-      if (--this.#pending === 0 && !this.#closed) this.#drain?.(this);
+      // Thrown into the chain of writes, its error would drop every later write.
+      if (--this.#pending === 0 && !this.#closed) callOut(this.#drain, this);
     });
   }
 
@@ -320,7 +336,9 @@ export class Terminal {
 
   #deliver(chunk: Uint8Array): void {
     this.#credits?.hold(chunk.byteLength);
-    this.#data?.(this, chunk);
+    // Called while the worker's frames are read: thrown there, its error would be taken for the worker's (which broke
+    // the protocol, and is stopped with every command on it).
+    callOut(this.#data, this, chunk);
   }
 }
 

@@ -7,13 +7,14 @@
  */
 
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { randomInt } from "node:crypto";
 import { readdirSync, readlinkSync } from "node:fs";
 import { it } from "node:test";
 import { SpawnError, Terminal, type TerminalOptions } from "../mod.ts";
 import { ptyFor } from "../pty.ts";
-import { forEachWorker, text } from "./_conformance.ts";
-import { alive, markedProcesses, openFds, survivors, withTimeout } from "./_helpers.ts";
+import { forEachWorker, text, WORKERS } from "./_conformance.ts";
+import { alive, fixture, hostArgv, markedProcesses, openFds, survivors, withTimeout } from "./_helpers.ts";
 
 /** What a terminal showed, as text, and a way to wait for some of it. */
 function screen(options: TerminalOptions = {}) {
@@ -373,3 +374,29 @@ await forEachWorker("terminals", (pool, runtime, workers) => {
     });
   });
 }, { closePool: true });
+
+// Found running node-pty's own tests (tools/node_pty_suite.mjs), whose assertions throw from inside data listeners: a
+// callback that threw while the worker's frames were read was taken for the worker breaking the protocol, which stopped
+// the worker with every command on it; a drain callback that threw dropped every later write.
+it(
+  "a terminal callback that throws (onData, data, drain) is the host's uncaught error; the terminal and its worker go on",
+  { skip: !WORKERS.includes("native") },
+  async () => {
+    const [exe, ...argv] = hostArgv(fixture("terminal_callbacks_throw.ts"));
+    const stdout = await new Promise<string>((resolve, reject) =>
+      execFile(
+        exe,
+        argv,
+        { timeout: 30_000 },
+        (error, out, err) => error ? reject(new Error(`${error}\n${err}`)) : resolve(out),
+      )
+    );
+    const result = JSON.parse(stdout.trim().split("\n").at(-1)!);
+    assert.deepEqual(result.uncaught.sort(), ["data threw", "drain threw", "onData threw"]); // drain may come first
+    assert.equal(result.ptyShown, "one\r\ntwo\r\n");
+    assert.deepEqual(result.ptyExit, { exitCode: 0, signal: 0 });
+    assert.match(result.shown, /got:first\r\n[^]*got:second\r\n$/);
+    assert.equal(result.code, 0);
+    assert.equal(result.workerAfter, result.workerBefore, "the worker served on");
+  },
+);
