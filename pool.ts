@@ -7,7 +7,7 @@
 
 import { currentPlatform } from "./adapters/platform.ts";
 import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./shapes/command.ts";
-import type { Scheduler } from "./core/execution.ts";
+import type { Scheduler } from "./core/scheduler.ts";
 import { requestDefaults } from "./core/options.ts";
 import { PoolCore } from "./core/pool_core.ts";
 import { checkMaxQueue, type PoolOptions as LocalPoolOptions } from "./core/pool_options.ts";

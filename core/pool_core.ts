@@ -6,7 +6,7 @@
 
 import type { Platform, RuntimeName, WorkerRuntime } from "./adapter.ts";
 import { poolClosed, SpawnPoolError } from "./errors.ts";
-import type { Scheduler, Submission } from "./execution.ts";
+import type { Scheduler, Submission } from "./scheduler.ts";
 import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
 import type { RequestDefaults } from "./options.ts";
 import { poolConfig, type PoolOptions } from "./pool_options.ts";

@@ -6,7 +6,7 @@
  */
 
 import type { SpawnPoolError } from "../core/errors.ts";
-import type { Submission } from "../core/execution.ts";
+import type { Submission } from "../core/scheduler.ts";
 import {
   concatBytes,
   decodeU32,

@@ -5,7 +5,8 @@
  */
 
 import { SpawnError } from "../core/errors.ts";
-import { Execution, type Scheduler } from "../core/execution.ts";
+import { Execution } from "../core/execution.ts";
+import type { Scheduler } from "../core/scheduler.ts";
 import type { OutputReadableStream } from "../core/output_stream.ts";
 import type { ExitInfo } from "../core/frame.ts";
 import type { ExceededLimit } from "../core/limits.ts";
