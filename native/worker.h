@@ -78,7 +78,7 @@ enum frame_type {
 /* The Terminal frame's operations (core/frame.ts TerminalOp): u8 op, then u16 cols, u16 rows; or u8 on (0 or 1). */
 enum { TERMINAL_RESIZE = 1, TERMINAL_RAW = 2 };
 
-/* As worker/serve.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's streams. */
+/* As worker/_output_sender.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's streams. */
 #define MAX_CHUNK_BYTES (1024 * 1024)
 #define STREAM_GRACE_US (200 * 1000)
 /*
