@@ -16,9 +16,9 @@ import {
   Frame,
   MAX_PAYLOAD_BYTES,
   ProtocolError,
-  type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
+  type WireSpawnFailure,
   type WireUsage,
 } from "./frame.ts";
 import { MAX_TIMER_MS } from "./options.ts";
@@ -289,7 +289,7 @@ export class Execution implements RequestSink, Submission {
   }
 
   /** @internal */
-  onSpawnError(failure: SpawnFailure): void {
+  onSpawnError(failure: WireSpawnFailure): void {
     this.#fail(new SpawnError(failure, this.request.cmd, this.request.args));
   }
 

@@ -5,7 +5,7 @@
  */
 
 import type { SpawnPoolError } from "./errors.ts";
-import type { SpawnFailure, SpawnRequest } from "./frame.ts";
+import type { SpawnRequest, WireSpawnFailure } from "./frame.ts";
 import type { RequestDefaults } from "./options.ts";
 import type { RequestChannel } from "./worker_handle.ts";
 
@@ -36,7 +36,7 @@ export interface Scheduler {
    * The failure a spawn of `request` is certain to meet, as far as the host can tell at once (a program not on
    * PATH, a missing cwd): for the shapes whose runtime throws those at the call.
    */
-  preflight?(request: SpawnRequest): SpawnFailure | undefined;
+  preflight?(request: SpawnRequest): WireSpawnFailure | undefined;
   /** Assigns the request a worker (now or when one is ready) and sends its spawn frame. */
   submit(submission: Submission): void;
 }

@@ -8,11 +8,11 @@
 
 import {
   type Adapter,
+  asChildStartError,
   type ByteChannel,
+  ChildStartError,
   type RuntimeName,
   type SpawnedChild,
-  SpawnFailed,
-  spawnFailed,
 } from "../core/adapter.ts";
 import {
   decodeFd,
@@ -173,9 +173,9 @@ class Server {
           job.child ? this.#onExit(job, code, signal) : void early.push(() => this.#onExit(job, code, signal)),
       }, this.#inHost);
     } catch (error) {
-      // Thrown or rejected, the runtime's own error or a SpawnFailed: the host hears it as a SpawnFailed.
+      // Thrown or rejected, the runtime's own error or a ChildStartError: the host hears its failure (SpawnError).
       this.#jobs.delete(job.id);
-      this.#writer.send(Frame.SpawnError, job.id, encodeJson(spawnFailed(error).failure));
+      this.#writer.send(Frame.SpawnError, job.id, encodeJson(asChildStartError(error).failure));
       return;
     }
     job.child = child;
@@ -284,7 +284,7 @@ class Server {
  * terminal), which no JavaScript runtime's spawn offers. Bun's `Terminal` is not used: its `data` callback cannot be
  * paused, so a slow reader could not hold the program back (the worker would buffer its output without bound).
  *
- * @throws {SpawnFailed} ENOTSUP, naming the option.
+ * @throws {ChildStartError} ENOTSUP, naming the option.
  */
 function refuseNativeOnly(request: SpawnRequest, runtime: RuntimeName): void {
   const option = request.killTree === true
@@ -295,7 +295,7 @@ function refuseNativeOnly(request: SpawnRequest, runtime: RuntimeName): void {
     ? "terminal"
     : undefined;
   if (option === undefined) return;
-  throw new SpawnFailed({
+  throw new ChildStartError({
     code: "ENOTSUP",
     message: `${option} is not supported by ${runtime} workers; it needs the native worker ` +
       `(runtime: "native", the default where it is installed)`,
