@@ -7,7 +7,7 @@
 
 import { currentPlatform } from "./adapters/platform.ts";
 import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./shapes/command.ts";
-import type { Scheduler } from "./core/execution.ts";
+import type { Scheduler } from "./core/scheduler.ts";
 import { requestDefaults } from "./core/options.ts";
 import { PoolCore } from "./core/pool_core.ts";
 import { checkMaxQueue, type PoolOptions as LocalPoolOptions } from "./core/pool_options.ts";
@@ -80,7 +80,7 @@ function backend(options: PoolOptions): PoolBackend {
  * ```
  */
 export class Pool {
-  readonly #core: PoolBackend;
+  readonly #backend: PoolBackend;
 
   /**
    * Creates a pool; no worker starts (and a remote pool does not connect) until the first command or `ready()`.
@@ -101,8 +101,8 @@ export class Pool {
    * ```
    */
   constructor(options: PoolOptions = {}) {
-    this.#core = backend(options);
-    cores.set(this, this.#core);
+    this.#backend = backend(options);
+    backends.set(this, this.#backend);
   }
 
   /**
@@ -110,7 +110,7 @@ export class Pool {
    * (rejecting with `ERR_NO_AGENTS` when none does within 2 s).
    */
   ready(): Promise<void> {
-    return this.#core.ready();
+    return this.#backend.ready();
   }
 
   /**
@@ -121,7 +121,7 @@ export class Pool {
    * @throws {TypeError} For a bad argument.
    */
   command(cmd: string | URL, options?: CommandOptions): PoolCommand {
-    return new PoolCommand(this.#core, cmd, options);
+    return new PoolCommand(this.#backend, cmd, options);
   }
 
   /**
@@ -131,12 +131,12 @@ export class Pool {
    */
   spawn(cmd: string[] | SpawnOptionsWithCmd, options?: SpawnOptions): PooledSubprocess {
     const parsed = spawnArguments(cmd, options);
-    return new PooledSubprocess(this.#core, parsed.cmd, parsed.options);
+    return new PooledSubprocess(this.#backend, parsed.cmd, parsed.options);
   }
 
   /** In-flight and queued requests, and per-worker counts. */
   stats(): PoolStats {
-    return this.#core.stats();
+    return this.#backend.stats();
   }
 
   /**
@@ -144,7 +144,7 @@ export class Pool {
    * they fail with `ERR_POOL_CLOSED` and are killed. Resolves when every worker has exited.
    */
   close(options?: { drain?: boolean }): Promise<void> {
-    return this.#core.close(options);
+    return this.#backend.close(options);
   }
 
   /** Closes the pool, letting running commands finish. */
@@ -153,13 +153,13 @@ export class Pool {
   }
 }
 
-const cores = new WeakMap<Pool, PoolBackend>();
+const backends = new WeakMap<Pool, PoolBackend>();
 
 /** @internal The scheduler behind a pool, for the other API shapes. */
 export function schedulerOf(pool: Pool): Scheduler {
-  const core = cores.get(pool);
-  if (core === undefined) throw new TypeError("Expected a Pool");
-  return core;
+  const scheduler = backends.get(pool);
+  if (scheduler === undefined) throw new TypeError("Expected a Pool");
+  return scheduler;
 }
 
 let shared: PoolBackend | undefined;

@@ -21,7 +21,7 @@
 
 import { readFileSync } from "node:fs";
 import { PoolCore } from "./core/pool_core.ts";
-import type { Scheduler } from "./core/execution.ts";
+import type { Scheduler } from "./core/scheduler.ts";
 import { defaultPool, type Pool, schedulerOf } from "./pool.ts";
 import { type PtyApi, ptyApi } from "./shapes/pty.ts";
 

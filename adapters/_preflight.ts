@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { SpawnFailure, SpawnRequest } from "../core/frame.ts";
+import type { SpawnRequest, WireSpawnFailure } from "../core/frame.ts";
 import { isAbsolutePath, joinPath, PATH_DELIMITER, system } from "./_system.ts";
 
 interface DenoPermissions {
@@ -53,7 +53,7 @@ const MAX_FOUND = 1024;
  * The failure a spawn of `request` is certain to meet, or undefined when it may start (or the host cannot tell).
  * Relative programs and cwds are left to the worker, whose working directory may not be the host's current one.
  */
-export function preflight(request: SpawnRequest): SpawnFailure | undefined {
+export function preflight(request: SpawnRequest): WireSpawnFailure | undefined {
   const { cmd, cwd } = request;
   const checksCwd = cwd !== undefined && isAbsolutePath(cwd);
   const checksCmd = cmd.includes("/") ? isAbsolutePath(cmd) : true;

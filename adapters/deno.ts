@@ -5,7 +5,13 @@
  * @module
  */
 
-import { type Adapter, type ByteChannel, LENDING_READ_BYTES, type SpawnedChild, SpawnFailed } from "../core/adapter.ts";
+import {
+  type Adapter,
+  type ByteChannel,
+  ChildStartError,
+  LENDING_READ_BYTES,
+  type SpawnedChild,
+} from "../core/adapter.ts";
 import { concatBytes, type StreamFd } from "../core/frame.ts";
 import { writeBatches } from "../core/frame_writer.ts";
 import { admitRun } from "./_deno_permissions.ts";
@@ -250,7 +256,7 @@ export const denoAdapter: Adapter = {
 
   spawn(request, events, inHost) {
     if (request.argv0 !== undefined) {
-      throw new SpawnFailed({
+      throw new ChildStartError({
         code: "ENOTSUP",
         message: "argv0 is not supported by Deno workers; use bun or node workers",
       });

@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { Allocate, SpawnFailure, SpawnRequest, StreamFd, WireUsage } from "./frame.ts";
+import type { Allocate, SpawnRequest, StreamFd, WireSpawnFailure, WireUsage } from "./frame.ts";
 
 /** A runtime that can host a pool or run its workers. */
 export type RuntimeName = "deno" | "bun" | "node";
@@ -170,29 +170,29 @@ export interface SpawnedChild {
 
 /**
  * A child that could not start, as the worker reports it to the host: thrown by {@linkcode Adapter.spawn}, or
- * made from the runtime's own error by {@linkcode spawnFailed}.
+ * made from the runtime's own error by {@linkcode asChildStartError}.
  */
-export class SpawnFailed extends Error {
+export class ChildStartError extends Error {
   /** The failure as it travels to the host. */
-  readonly failure: SpawnFailure;
+  readonly failure: WireSpawnFailure;
 
   /** Wraps a spawn failure. */
-  constructor(failure: SpawnFailure) {
+  constructor(failure: WireSpawnFailure) {
     super(failure.message);
-    this.name = "SpawnFailed";
+    this.name = "ChildStartError";
     this.failure = failure;
   }
 }
 
 /**
- * The {@linkcode SpawnFailed} a worker reports to its host for whatever an adapter's spawn threw or rejected
- * with: a `SpawnFailed` as it is; a runtime's own error by its errno name (its `code`, or the name of a Deno
+ * The {@linkcode ChildStartError} a worker reports to its host for whatever an adapter's spawn threw or rejected
+ * with: a `ChildStartError` as it is; a runtime's own error by its errno name (its `code`, or the name of a Deno
  * error that has none) and its `errno`.
  */
-export function spawnFailed(error: unknown): SpawnFailed {
-  if (error instanceof SpawnFailed) return error;
+export function asChildStartError(error: unknown): ChildStartError {
+  if (error instanceof ChildStartError) return error;
   const errno = (error as { errno?: unknown })?.errno;
-  return new SpawnFailed({
+  return new ChildStartError({
     code: errorCode(error),
     errno: typeof errno === "number" ? errno : undefined,
     message: error instanceof Error ? error.message : String(error),
@@ -240,8 +240,8 @@ export interface Adapter {
   connectToHost(kind: ChannelKind): Promise<ByteChannel>;
   /**
    * Worker side: spawns a command with this runtime's native API. When the command cannot start, it may throw
-   * or reject, with the runtime's own error or with a {@linkcode SpawnFailed}: the worker loop maps either with
-   * {@linkcode spawnFailed}, so an adapter need not catch its runtime's errors. It throws only before the child
+   * or reject, with the runtime's own error or with a {@linkcode ChildStartError}: the worker loop maps either with
+   * {@linkcode asChildStartError}, so an adapter need not catch its runtime's errors. It throws only before the child
    * exists: once started, a child's troubles are reported through `events`.
    *
    * `inHost` is set when the worker loop runs inside the host ({@linkcode Platform.inHost}): a command then gets a
@@ -290,7 +290,7 @@ export interface Platform {
    * The failure a spawn of `request` is certain to meet, found cheaply on the host (a program not on PATH, a
    * missing cwd), or undefined when it may start or the host cannot tell.
    */
-  preflight?(request: SpawnRequest): SpawnFailure | undefined;
+  preflight?(request: SpawnRequest): WireSpawnFailure | undefined;
   /** Logical cores, for the default size. */
   cores: number;
   /**

@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { SpawnFailure } from "./frame.ts";
+import type { WireSpawnFailure } from "./frame.ts";
 
 /** Stable codes of {@linkcode SpawnPoolError}. */
 export type SpawnPoolErrorCode =
@@ -104,7 +104,7 @@ export class SpawnError extends Error {
   readonly reason: string;
 
   /** Creates a spawn error from a worker's report. */
-  constructor(details: SpawnFailure, path: string, args: readonly string[]) {
+  constructor(details: WireSpawnFailure, path: string, args: readonly string[]) {
     super(`Failed to spawn "${path}": ${details.message}`);
     this.reason = details.message;
     this.name = "SpawnError";

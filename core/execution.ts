@@ -16,12 +16,12 @@ import {
   Frame,
   MAX_PAYLOAD_BYTES,
   ProtocolError,
-  type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
+  type WireSpawnFailure,
   type WireUsage,
 } from "./frame.ts";
-import { MAX_TIMER_MS, type RequestDefaults } from "./options.ts";
+import { MAX_TIMER_MS } from "./options.ts";
 import { pumpStdin, type StdinSource, writableStdin } from "./stdin.ts";
 import {
   type OutputControls,
@@ -31,6 +31,8 @@ import {
   OutputStream,
 } from "./output_stream.ts";
 import type { RequestChannel, RequestSink } from "./worker_handle.ts";
+import { Deferred } from "./deferred.ts";
+import type { Scheduler, Submission } from "./scheduler.ts";
 
 /** Size of stdin chunks sent to a worker. */
 const STDIN_CHUNK_BYTES = 256 * 1024;
@@ -45,57 +47,11 @@ export interface Completion {
   stderr: Uint8Array;
 }
 
-/** A request as a scheduler sees it: what to send, and where to say what became of it. */
-export interface Submission {
-  /** What is asked. */
-  readonly request: SpawnRequest;
-  /** The spawn frame's payload. */
-  readonly payload: Uint8Array;
-  /** The request's id on its channel, once assigned. */
-  readonly id: number;
-  /** Called once something took the request: registers it there (which sets `id`). */
-  assign(channel: RequestChannel): void;
-  /** Fails a request that will never run (pool closed, queue full). */
-  reject(error: SpawnPoolError): void;
-}
-
-/** The scheduler an execution is submitted to. */
-export interface Scheduler {
-  /** What the pool gives its commands unless they say otherwise (its `killTree`, `limits`): for `buildRequest`. */
-  readonly defaults?: RequestDefaults;
-  /**
-   * Checks that the host may start `request` at all (a Deno host's run permission), before anything is sent;
-   * throws as the runtime's own spawn would.
-   */
-  admit?(request: SpawnRequest): void;
-  /**
-   * The failure a spawn of `request` is certain to meet, as far as the host can tell at once (a program not on
-   * PATH, a missing cwd): for the shapes whose runtime throws those at the call.
-   */
-  preflight?(request: SpawnRequest): SpawnFailure | undefined;
-  /** Assigns the request a worker (now or when one is ready) and sends its spawn frame. */
-  submit(submission: Submission): void;
-}
-
 /**
  * How long past a command's timeout and forced kill the host waits for its worker to report the exit before it
  * stops waiting for that worker (`Execution.#overdue`). Generous: a worker on a loaded machine is slow, not stuck.
  */
 const BACKSTOP_GRACE_MS = 2000;
-
-class Deferred<T> {
-  promise: Promise<T>;
-  resolve!: (value: T) => void;
-  reject!: (error: unknown) => void;
-  constructor() {
-    this.promise = new Promise<T>((resolve, reject) => {
-      this.resolve = resolve;
-      this.reject = reject;
-    });
-    // Callers that never look at a promise must not see an unhandled rejection.
-    this.promise.catch(() => {});
-  }
-}
 
 /**
  * What a kill signals: the command ("pid"), its process group ("group"), or its whole tree ("tree": every process it
@@ -333,7 +289,7 @@ export class Execution implements RequestSink, Submission {
   }
 
   /** @internal */
-  onSpawnError(failure: SpawnFailure): void {
+  onSpawnError(failure: WireSpawnFailure): void {
     this.#fail(new SpawnError(failure, this.request.cmd, this.request.args));
   }
 

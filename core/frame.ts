@@ -63,7 +63,7 @@ export const Frame = {
   Hello: 16,
   /** worker -> host: the child started; payload is u32 pid. */
   Spawned: 17,
-  /** worker -> host: the child could not start; payload is the JSON {@linkcode SpawnFailure}. */
+  /** worker -> host: the child could not start; payload is the JSON {@linkcode WireSpawnFailure}. */
   SpawnError: 18,
   /** worker -> host: bytes the child wrote to stdout. */
   Stdout: 19,
@@ -100,8 +100,11 @@ export interface Hello {
   error?: string;
 }
 
-/** Why a child could not start, as the worker's runtime reported it. */
-export interface SpawnFailure {
+/**
+ * Why a child could not start, as the worker's runtime reported it: the payload of a {@linkcode Frame}.SpawnError, from
+ * which the host makes the public `SpawnError` (core/errors.ts).
+ */
+export interface WireSpawnFailure {
   /** Error code such as `ENOENT` or `EACCES`. */
   code: string;
   /** Negative errno where known. */
@@ -109,6 +112,9 @@ export interface SpawnFailure {
   /** Human-readable message from the worker's runtime. */
   message: string;
 }
+
+/** @deprecated The former name of {@linkcode WireSpawnFailure}, while core/worker_handle.ts still uses it. */
+export type SpawnFailure = WireSpawnFailure;
 
 /** How a stdio slot of a pooled command is connected. */
 export type StdioMode = "piped" | "inherit" | "null";

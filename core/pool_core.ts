@@ -6,8 +6,8 @@
 
 import type { Platform, RuntimeName, WorkerRuntime } from "./adapter.ts";
 import { poolClosed, SpawnPoolError } from "./errors.ts";
-import type { Scheduler, Submission } from "./execution.ts";
-import { Frame, type SpawnFailure, type SpawnRequest } from "./frame.ts";
+import type { Scheduler, Submission } from "./scheduler.ts";
+import { Frame, type SpawnRequest, type WireSpawnFailure } from "./frame.ts";
 import type { RequestDefaults } from "./options.ts";
 import { poolConfig, type PoolOptions } from "./pool_options.ts";
 import type { PoolStats } from "./pool_stats.ts";
@@ -111,7 +111,7 @@ export class PoolCore implements Scheduler {
   }
 
   /** @internal The failure a spawn of `request` is certain to meet, as far as the host can tell at once. */
-  preflight(request: SpawnRequest): SpawnFailure | undefined {
+  preflight(request: SpawnRequest): WireSpawnFailure | undefined {
     return this.#platform.preflight?.(request);
   }
 

@@ -1,4 +1,7 @@
-/* What a command runs with: its environment, merged from the worker's and the request's, and its program's path. */
+/*
+ * What a command runs with: its argv, its environment, merged from the worker's and the request's, and its program's
+ * path.
+ */
 #include "worker.h"
 
 #include <errno.h>
@@ -6,6 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "json.h"
+
+extern char **environ;
 
 static size_t name_hash(const char *name, size_t len) {
   uint64_t h = 14695981039346656037u; /* FNV-1a */
@@ -98,4 +105,71 @@ char *resolve_program(const char *cmd, char *const *envp, const char *cwd, int *
     p = colon;
   }
   return NULL;
+}
+
+/*
+ * A request's argv (argv0, else cmd, then args) and environment (the worker's unless clearEnv, the request's env over
+ * it), as execve takes them; `has_nul` says whether cmd, argv0, an argument or an env name or value holds a NUL.
+ */
+void command_line_build(struct command_line *line, const struct json_doc *doc) {
+  const struct json_node *root = &doc->nodes[0];
+  const struct json_node *cmd = json_get(doc, root, "cmd");
+  const struct json_node *args = json_get(doc, root, "args");
+  const struct json_node *env = json_get(doc, root, "env");
+  const struct json_node *argv0 = json_get(doc, root, "argv0");
+  const struct json_node *clear = json_get(doc, root, "clearEnv");
+  size_t argc = 0, envc = 0;
+  for (const struct json_node *a = json_first(doc, args); a; a = json_next(doc, a)) argc++;
+  if (env) {
+    for (const struct json_node *e = json_first(doc, env); e; e = json_next(doc, e)) envc++;
+  }
+  bool cleared = clear != NULL && json_truthy(clear);
+  size_t inherited = 0;
+  if (!cleared) {
+    while (environ[inherited] != NULL) inherited++;
+  }
+  line->argc = argc;
+  line->argv = xrealloc(NULL, (argc + 2) * sizeof *line->argv);
+  env_init(&line->env, inherited + envc);
+  line->owned = xrealloc(NULL, (envc + 1) * sizeof *line->owned);
+  line->owned_count = 0;
+
+  bool nul = cmd->has_nul || (argv0 && argv0->has_nul);
+  size_t i = 0;
+  line->argv[i++] = (char *)json_str(doc, argv0 ? argv0 : cmd);
+  for (const struct json_node *a = json_first(doc, args); a; a = json_next(doc, a)) {
+    nul = nul || a->has_nul;
+    line->argv[i++] = (char *)json_str(doc, a);
+  }
+  line->argv[i] = NULL;
+  for (size_t k = 0; k < inherited; k++) {
+    const char *eq = strchr(environ[k], '=');
+    /* Of an inherited name set twice, the first counts (getenv's). */
+    env_put(&line->env, environ[k], eq ? (size_t)(eq - environ[k]) : strlen(environ[k]), false);
+  }
+  if (env) {
+    for (const struct json_node *e = json_first(doc, env); e; e = json_next(doc, e)) {
+      nul = nul || e->has_nul || e->key_has_nul;
+      const char *key = json_key(doc, e);
+      size_t key_len = e->key_len;
+      char *entry = xrealloc(NULL, key_len + e->str_len + 2);
+      memcpy(entry, key, key_len);
+      entry[key_len] = '=';
+      memcpy(entry + key_len + 1, json_str(doc, e), e->str_len + 1);
+      line->owned[line->owned_count++] = entry;
+      env_put(&line->env, entry, key_len, true);
+    }
+  }
+  line->env.entries[line->env.count] = NULL;
+  line->envp = line->env.entries;
+  line->has_nul = nul;
+}
+
+void command_line_free(struct command_line *line) {
+  for (size_t k = 0; k < line->owned_count; k++) free(line->owned[k]);
+  free(line->owned);
+  free(line->argv);
+  free(line->env.entries);
+  free(line->env.name_lens);
+  free(line->env.table);
 }

@@ -1,10 +1,10 @@
 /*
- * Terminals: a command run on a pseudo-terminal of its own. The worker opens the pair (terminal_open), the command
- * gets the subordinate side as its stdin, stdout, stderr and controlling terminal (exec_child in spawn.c: setsid, then
+ * Terminals: a command run on a pseudo-terminal of its own. The worker opens the pair (terminal_open), the command gets
+ * the subordinate side as its stdin, stdout, stderr and controlling terminal (exec_child in start_child.c: setsid, then
  * TIOCSCTTY), and the worker keeps the controlling side: read as the job's stream 1 with the same credit as a pipe,
  * written (a second descriptor of it) as the job's stdin. The Terminal frame resizes it (TIOCSWINSZ, which sends the
- * foreground process group SIGWINCH) or sets raw mode. Its output ends with EIO once nothing holds the subordinate
- * side any more: after everything written to it was read.
+ * foreground process group SIGWINCH) or sets raw mode. Its output ends with EIO once nothing holds the subordinate side
+ * any more: after everything written to it was read.
  */
 #include "worker.h"
 

@@ -10,8 +10,9 @@
  *   host_frames.c  frames from the host: the decoder, request validation, each frame's handling
  *   jobs.c         the job table, exits, kills, the Exit frame
  *   streams.c      output pumping, credit, grace, the stdin queue
- *   spawn.c        posix_spawn, vfork, SpawnError
- *   spawn_env.c    a command's environment and its program's path
+ *   spawn.c        start_job: a request's command planned (checks, stdio, limits, leaf) and started; SpawnError
+ *   start_child.c  a planned child started: vfork + execve, or posix_spawn; the child's side before its exec
+ *   spawn_env.c    a command's argv, its environment and its program's path
  *   terminal.c     a command's pseudo-terminal: opening it, resizing it, raw mode
  *   cgroup.c       cgroup v2 leaves: each command started, killed and measured in its own
  *   cgroup_root.c  cgroup_init: the root of the leaves, its controllers, what this kernel does
@@ -78,7 +79,8 @@ enum frame_type {
 /* The Terminal frame's operations (core/frame.ts TerminalOp): u8 op, then u16 cols, u16 rows; or u8 on (0 or 1). */
 enum { TERMINAL_RESIZE = 1, TERMINAL_RAW = 2 };
 
-/* As worker/serve.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's streams. */
+/* As worker/_output_sender.ts: output frames of at most 1 MiB, and the quiet period that releases a grandchild's
+ * streams. */
 #define MAX_CHUNK_BYTES (1024 * 1024)
 #define STREAM_GRACE_US (200 * 1000)
 /*
@@ -195,6 +197,36 @@ struct env_builder {
   size_t mask;
 };
 
+/* A request's argv and environment as execve takes them (spawn_env.c command_line_build; command_line_free). */
+struct command_line {
+  char **argv;  /* argv0 (else cmd), then args; NULL-terminated */
+  size_t argc;  /* the arguments after argv[0] */
+  char **envp;  /* env.entries, NULL-terminated */
+  bool has_nul; /* a string that cannot reach execve: the command fails with EINVAL */
+  struct env_builder env;
+  char **owned; /* the "NAME=value" entries made for the request's env */
+  size_t owned_count;
+};
+
+/* How a command is to be started (spawn.c makes it, start_child.c carries it out). */
+struct child_plan {
+  const char *path;
+  char **argv;
+  char **envp;
+  const char *cwd;
+  int stdio_fd[3];    /* dup2'd to 0, 1, 2; -1: open /dev/null; -2: inherit */
+  int tty;            /* the command's side of its terminal (made its controlling terminal), or -1 */
+  bool detached;
+  bool set_uid, set_gid;
+  uid_t uid;
+  gid_t gid;
+  bool subreaper;              /* the command adopts its descendants' orphans (tree.c) */
+  int leaf;                    /* the cgroup leaf it starts in (cgroup.c), or -1 */
+  int limit_count;
+  int limit_resource[LIMIT_COUNT];
+  struct rlimit limit[LIMIT_COUNT];
+};
+
 struct json_doc;
 
 /* buffer.c */
@@ -274,6 +306,8 @@ void queue_stdin(struct job *job, uint8_t *data, size_t len);
 void env_init(struct env_builder *env, size_t room);
 void env_put(struct env_builder *env, char *entry, size_t name_len, bool replace);
 char *resolve_program(const char *cmd, char *const *envp, const char *cwd, int *err);
+void command_line_build(struct command_line *line, const struct json_doc *doc);
+void command_line_free(struct command_line *line);
 
 /* terminal.c */
 /*
@@ -294,6 +328,10 @@ void reap_adopted(void);
 /* spawn.c */
 void send_spawn_error(uint32_t id, const char *cmd, int err, const char *code, const char *message);
 void start_job(struct job *job, const struct json_doc *doc);
+
+/* start_child.c */
+/* Starts the planned child: its pid, or -1 with the errno of the failed start in `err` (ENOEXEC: a script without "#!"). */
+pid_t start_child(const struct child_plan *plan, int *err);
 
 /* cgroup.c (Linux, cgroup v2; elsewhere stubs: cgroup_init fails with "cgroups are Linux-only") */
 /* A command's usage, from its leaf's counters since the command took the leaf. */

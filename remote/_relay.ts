@@ -6,7 +6,7 @@
  */
 
 import type { SpawnPoolError } from "../core/errors.ts";
-import type { Submission } from "../core/execution.ts";
+import type { Submission } from "../core/scheduler.ts";
 import {
   concatBytes,
   decodeU32,
@@ -20,9 +20,9 @@ import {
   type FrameType,
   HEADER_BYTES,
   isTerminalControl,
-  type SpawnFailure,
   type SpawnRequest,
   type StreamFd,
+  type WireSpawnFailure,
 } from "../core/frame.ts";
 import type { RequestChannel, RequestSink } from "../core/worker_handle.ts";
 import { killGroups, startTimeOf } from "../adapters/_process.ts";
@@ -242,7 +242,7 @@ export class Relay implements Submission, RequestSink {
     this.out(Frame.Spawned, encodeU32(pid));
   }
 
-  onSpawnError(failure: SpawnFailure): void {
+  onSpawnError(failure: WireSpawnFailure): void {
     this.#agent.log({ event: "failed", id: this.#name, cmd: this.request.cmd, reason: failure.code });
     this.out(Frame.SpawnError, encodeJson(failure));
     this.#told = true;

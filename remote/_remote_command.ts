@@ -6,7 +6,7 @@
  */
 
 import { SpawnPoolError, type SpawnPoolErrorCode } from "../core/errors.ts";
-import type { Submission } from "../core/execution.ts";
+import type { Submission } from "../core/scheduler.ts";
 import {
   concatBytes,
   decodeJson,

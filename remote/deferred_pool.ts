@@ -8,7 +8,7 @@
 
 import { poolClosed, SpawnPoolError } from "../core/errors.ts";
 import type { SpawnRequest } from "../core/frame.ts";
-import type { Scheduler, Submission } from "../core/execution.ts";
+import type { Scheduler, Submission } from "../core/scheduler.ts";
 import type { RequestDefaults } from "../core/options.ts";
 import type { PoolStats } from "../core/pool_stats.ts";
 import { checkRemoteOptions, type RemoteOptions } from "./options.ts";

@@ -7,7 +7,7 @@
  */
 
 import { poolClosed, SpawnPoolError } from "../core/errors.ts";
-import type { Scheduler, Submission } from "../core/execution.ts";
+import type { Scheduler, Submission } from "../core/scheduler.ts";
 import type { SpawnRequest } from "../core/frame.ts";
 import type { PoolStats } from "../core/pool_stats.ts";
 import { type CommandPool, RemoteCommand } from "./_remote_command.ts";

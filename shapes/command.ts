@@ -5,7 +5,8 @@
  */
 
 import { SpawnError, SpawnPoolError } from "../core/errors.ts";
-import { type Completion, Execution, type Scheduler } from "../core/execution.ts";
+import { type Completion, Execution } from "../core/execution.ts";
+import type { Scheduler } from "../core/scheduler.ts";
 import type { OutputReadableStream } from "../core/output_stream.ts";
 import { concatBytes, type ExitInfo, type SpawnRequest, type StdioMode, type WireUsage } from "../core/frame.ts";
 import type { ExceededLimit } from "../core/limits.ts";

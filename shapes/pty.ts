@@ -8,7 +8,8 @@
 import { Buffer } from "node:buffer";
 import process from "node:process";
 import { StringDecoder } from "node:string_decoder";
-import { Execution, type Scheduler } from "../core/execution.ts";
+import { Execution } from "../core/execution.ts";
+import type { Scheduler } from "../core/scheduler.ts";
 import { buildRequest } from "../core/options.ts";
 import { signalName, signalNumber } from "../core/signals.ts";
 import { Terminal, terminalRequest } from "../core/terminal.ts";

@@ -145,11 +145,11 @@ describe("the wire schema: native/ and core/ agree", () => {
         [],
         "the native worker never sends",
       );
-      const serve = tsCode("worker/serve.ts") + tsCode("worker/job.ts");
+      const serve = tsCode("worker/serve.ts") + tsCode("worker/_output_sender.ts") + tsCode("worker/job.ts");
       assert.deepEqual(
         missing(toHost, [...serve.matchAll(/Frame\.(\w+)/g)].map((m) => m[1])),
         [],
-        "worker/serve.ts never sends",
+        "worker/serve.ts (and its _output_sender.ts) never sends",
       );
       const host = tsCode("core/worker_handle.ts");
       assert.deepEqual(

@@ -6,7 +6,13 @@
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { describe, it } from "node:test";
-import { type Adapter, type ChildEvents, type SpawnedChild, SpawnFailed, type WorkerProcess } from "../core/adapter.ts";
+import {
+  type Adapter,
+  type ChildEvents,
+  ChildStartError,
+  type SpawnedChild,
+  type WorkerProcess,
+} from "../core/adapter.ts";
 import {
   concatBytes,
   decodeExit,
@@ -17,8 +23,8 @@ import {
   Frame,
   MAX_PAYLOAD_BYTES,
   PROTOCOL_VERSION,
-  type SpawnFailure,
   type SpawnRequest,
+  type WireSpawnFailure,
 } from "../core/frame.ts";
 import { type RequestSink, WorkerHandle } from "../core/worker_handle.ts";
 import { SpawnPoolError } from "../mod.ts";
@@ -207,7 +213,7 @@ describe("output a runtime reads in one huge piece", () => {
 describe("a spawn the adapter fails", () => {
   // Adapters let their runtime's spawn errors out as they are, thrown or rejected; the worker loop maps them.
   const named = (name: string, message: string) => Object.assign(new Error(message), { name });
-  const cases: Array<{ what: string; error: unknown; thrown: boolean; expected: SpawnFailure }> = [
+  const cases: Array<{ what: string; error: unknown; thrown: boolean; expected: WireSpawnFailure }> = [
     {
       what: "a Deno error with a name and no code (NotFound), thrown",
       error: named("NotFound", "Failed to spawn 'x': entity not found"),
@@ -239,8 +245,8 @@ describe("a spawn the adapter fails", () => {
       expected: { code: "E2BIG", message: "too long" },
     },
     {
-      what: "a SpawnFailed, rejected: passed on as it is",
-      error: new SpawnFailed({ code: "ENOTSUP", errno: -95, message: "argv0 is not supported" }),
+      what: "a ChildStartError, rejected: passed on as it is",
+      error: new ChildStartError({ code: "ENOTSUP", errno: -95, message: "argv0 is not supported" }),
       thrown: false,
       expected: { code: "ENOTSUP", errno: -95, message: "argv0 is not supported" },
     },

@@ -50,7 +50,7 @@ export class Job {
   forcePending = false;
   stdinChain: Promise<unknown> = Promise.resolve();
   timers: ReturnType<typeof setTimeout>[] = [];
-  /** Cancels the quiet-period timer of {@linkcode Server}'s grace, while one is armed. */
+  /** Cancels the quiet-period timer of the grace (worker/_output_sender.ts), while one is armed. */
   grace: (() => void) | undefined;
 
   constructor(id: number, request: SpawnRequest) {

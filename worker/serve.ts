@@ -8,11 +8,11 @@
 
 import {
   type Adapter,
+  asChildStartError,
   type ByteChannel,
+  ChildStartError,
   type RuntimeName,
   type SpawnedChild,
-  SpawnFailed,
-  spawnFailed,
 } from "../core/adapter.ts";
 import {
   decodeFd,
@@ -20,9 +20,7 @@ import {
   encodeExit,
   encodeJson,
   encodeU32,
-  EXIT_TAIL_WINDOWS,
   type ExitInfo,
-  FD_PAYLOAD,
   Frame,
   FrameDecoder,
   keepBytes,
@@ -30,29 +28,14 @@ import {
   ProtocolError,
   type SpawnRequest,
   type StopReason,
-  type StreamFd,
 } from "../core/frame.ts";
 import { FrameWriter } from "../core/frame_writer.ts";
 import { setTimer } from "../core/timer.ts";
 import { Job, parseRequest, type StdinOp } from "./job.ts";
-
-/**
- * Output travels in frames of at most this many bytes, whatever a runtime read at once: Bun can hand over
- * tens to hundreds of MB in one chunk under load (69-205 MB from `yes` on a busy worker), and one frame of
- * that would pass the host's frame limit and, streamed, its flow-control window. Buffered output is sent
- * ahead rather than let grow past it.
- */
-const MAX_CHUNK_BYTES = 1024 * 1024;
-/**
- * After exit, how long a piped stream may stay quiet (nothing read from the command, nothing credited by the host)
- * before it is released: a grandchild holds it, or nobody reads it any more.
- */
-const STREAM_GRACE_MS = 200;
+import { OutputSender } from "./_output_sender.ts";
 
 const STDIN_OK = new Uint8Array([0]);
 const STDIN_CLOSED = new Uint8Array([1]);
-
-const OUTPUT_FRAME = [undefined, Frame.Stdout, Frame.Stderr] as const;
 
 /** The requests of one channel, and what the worker does for each frame and each child event. */
 class Server {
@@ -65,12 +48,22 @@ class Server {
   /** Inside the host: whether its commands keep it alive (the host's requests do). */
   #keepAlive = true;
   #stopping = false;
+  readonly #output: OutputSender;
 
   constructor(adapter: Adapter, channel: ByteChannel, inHost: boolean) {
     this.#adapter = adapter;
     this.#channel = channel;
     this.#inHost = inHost;
-    this.#writer = new FrameWriter(channel);
+    const writer = this.#writer = new FrameWriter(channel);
+    this.#output = new OutputSender({
+      writer,
+      // The adapter's unref'd timer where it has one (the job's child and its pipes keep the process alive meanwhile).
+      timer: (ms, callback) =>
+        adapter.unrefTimer !== undefined ? adapter.unrefTimer(ms, callback) : setTimer(ms, callback),
+      finish: (job) => this.#finish(job),
+      stopFor: (job, reason, signal) => this.#stopFor(job, reason, signal),
+      killGroupForGood: (job) => this.#killGroupForGood(job),
+    });
   }
 
   /** Says hello to the host: the protocol version, this runtime and this process's id. */
@@ -99,14 +92,6 @@ class Server {
     }
     this.#jobs.clear();
     this.#channel.close();
-  }
-
-  /**
-   * Calls `callback` after `ms`, unless the returned function is called first: the adapter's unref'd timer where it
-   * has one (the job's child and its pipes keep the process alive meanwhile), else `setTimeout`.
-   */
-  #timer(ms: number, callback: () => void): () => void {
-    return this.#adapter.unrefTimer !== undefined ? this.#adapter.unrefTimer(ms, callback) : setTimer(ms, callback);
   }
 
   /** Inside the host: lets its commands keep it alive, or not. */
@@ -151,7 +136,7 @@ class Server {
       case Frame.Release: {
         const fd = decodeFd(payload);
         if (!job.streams[fd].open) return;
-        this.#closeStream(job, fd, false);
+        this.#output.closeStream(job, fd, false);
         if (job.child) job.child.release(fd);
         else job.early.push({ release: fd });
         return;
@@ -160,8 +145,8 @@ class Server {
         const fd = decodeFd(payload);
         const stream = job.streams[fd];
         stream.unacked = Math.max(0, stream.unacked - decodeU32(payload, 1));
-        if (stream.open) this.#sendHeld(job, fd);
-        if (job.exit) this.#armGrace(job); // its reader is still there: the quiet period starts again
+        if (stream.open) this.#output.sendHeld(job, fd);
+        if (job.exit) this.#output.armGrace(job); // its reader is still there: the quiet period starts again
         return;
       }
       case Frame.Terminal:
@@ -182,15 +167,15 @@ class Server {
       child = await this.#adapter.spawn(request, {
         // Once started (the usual case) output goes straight through, with no closure per chunk.
         data: (fd, chunk) =>
-          job.child ? this.#onData(job, fd, chunk) : void early.push(() => this.#onData(job, fd, chunk)),
-        end: (fd) => job.child ? this.#onEnd(job, fd) : void early.push(() => this.#onEnd(job, fd)),
+          job.child ? this.#output.onData(job, fd, chunk) : void early.push(() => this.#output.onData(job, fd, chunk)),
+        end: (fd) => job.child ? this.#output.onEnd(job, fd) : void early.push(() => this.#output.onEnd(job, fd)),
         exit: (code, signal) =>
           job.child ? this.#onExit(job, code, signal) : void early.push(() => this.#onExit(job, code, signal)),
       }, this.#inHost);
     } catch (error) {
-      // Thrown or rejected, the runtime's own error or a SpawnFailed: the host hears it as a SpawnFailed.
+      // Thrown or rejected, the runtime's own error or a ChildStartError: the host hears its failure (SpawnError).
       this.#jobs.delete(job.id);
-      this.#writer.send(Frame.SpawnError, job.id, encodeJson(spawnFailed(error).failure));
+      this.#writer.send(Frame.SpawnError, job.id, encodeJson(asChildStartError(error).failure));
       return;
     }
     job.child = child;
@@ -213,36 +198,16 @@ class Server {
     job.early = [];
   }
 
-  #onData(job: Job, fd: StreamFd, chunk: Uint8Array): void {
-    const stream = job.streams[fd];
-    if (!stream.open) return; // released, or after the grace
-    if (!job.request.buffered) {
-      stream.held.push(chunk);
-      this.#sendHeld(job, fd);
-      this.#countStreamed(job, chunk.byteLength);
-    } else {
-      this.#collect(job, fd, chunk);
-    }
-    if (job.exit) this.#armGrace(job);
-  }
-
-  #onEnd(job: Job, fd: StreamFd): void {
-    const stream = job.streams[fd];
-    if (!stream.open) return;
-    if (stream.held.length > 0) stream.ended = true;
-    else this.#closeStream(job, fd);
-  }
-
   #onExit(job: Job, code: number | null, signal: string | null): void {
     job.exit = { code, signal };
     if (!job.request.buffered && job.anyOpen) {
       this.#writer.send(Frame.Exited, job.id, encodeExit(this.#exitInfo(job)));
-      // From here its output may run a window further ahead of the host (#aheadAllowed): paused streams resume, and
+      // From here its output may run a window further ahead of the host (OutputSender): paused streams resume, and
       // held output whose end had come goes out with that end, which may complete the request here.
-      for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#sendHeld(job, fd);
+      for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#output.sendHeld(job, fd);
       if (this.#jobs.get(job.id) !== job) return;
     }
-    this.#armGrace(job);
+    this.#output.armGrace(job);
     this.#finish(job);
   }
 
@@ -252,7 +217,7 @@ class Server {
     for (const timer of job.timers) clearTimeout(timer);
     job.grace?.();
     this.#jobs.delete(job.id);
-    // Buffered output leaves as the chunks it was read in (views of at most MAX_CHUNK_BYTES of them): no copy here.
+    // Buffered output leaves as the chunks it was read in (views of at most _output_sender.ts MAX_CHUNK_BYTES): no copy here.
     const [, stdout, stderr] = job.streams;
     this.#writer.send(Frame.Exit, job.id, encodeExit(this.#exitInfo(job), stdout.collected, stderr.collected));
   }
@@ -263,156 +228,6 @@ class Server {
     const usage = job.child?.usage?.();
     if (usage !== undefined) info.usage = usage;
     return info;
-  }
-
-  /** Sends a buffered request's collected output ahead of its exit. */
-  #flushCollected(job: Job): void {
-    for (const fd of [1, 2] as const) {
-      const stream = job.streams[fd];
-      if (stream.collected.length > 0) this.#writer.send(OUTPUT_FRAME[fd], job.id, stream.collected);
-      stream.collected = [];
-    }
-    job.collectedBytes = 0;
-  }
-
-  /**
-   * Arms the quiet-period timer that releases streams still open after the exit (a grandchild holds them, or nobody
-   * reads them): once the child exited, while a stream is still open. Output read and credit from the host restart
-   * it, so it runs out only once nothing was read and nothing credited for STREAM_GRACE_MS: a paused stream whose
-   * reader has gone does not hold its request and its pipes for ever.
-   */
-  #armGrace(job: Job): void {
-    job.grace?.();
-    job.grace = undefined;
-    if (!job.exit || !job.anyOpen) return;
-    job.grace = this.#timer(STREAM_GRACE_MS, () => {
-      job.grace = this.#afterPoll(() => {
-        job.grace = undefined;
-        this.#releaseStreams(job);
-      });
-    });
-  }
-
-  /**
-   * Lets go of the command's output streams that are still open: nothing more is read from them. For a command the
-   * worker stopped, what still holds them gets the forced SIGKILL now rather than never (the request ends here).
-   */
-  #releaseStreams(job: Job): void {
-    if (job.forcePending) this.#killGroupForGood(job);
-    job.child?.release();
-    for (const fd of [1, 2] as const) if (job.streams[fd].open) this.#closeStream(job, fd);
-  }
-
-  /**
-   * Calls `callback` once the event loop has read what was ready when the grace ran out, unless the returned function
-   * is called first. A grace's timer may fire before the loop reads output that reached a pipe while the loop was held
-   * (by the host's own synchronous work, when this loop runs in the host, or a worker left off the CPU), which the
-   * release would then lose: Node runs due timers before it polls, and Bun ran a due timer and the `setImmediate` it
-   * queued before such a read (measured). A timer queued from the grace's own callback runs after that poll on both.
-   */
-  #afterPoll(callback: () => void): () => void {
-    return this.#timer(1, callback);
-  }
-
-  /**
-   * Ends a stream for good: nothing more is read, held or paused on it, so if it was paused, the grace may now run
-   * for the other one (a grandchild's). The host hears StreamEnd unless the request is buffered or the host
-   * released it.
-   */
-  #closeStream(job: Job, fd: StreamFd, tell = !job.request.buffered): void {
-    const stream = job.streams[fd];
-    const wasPaused = stream.paused;
-    stream.open = false;
-    stream.held.length = 0;
-    stream.paused = false;
-    if (wasPaused) this.#armGrace(job);
-    if (tell) this.#writer.send(Frame.StreamEnd, job.id, FD_PAYLOAD[fd]);
-    this.#finish(job);
-  }
-
-  /**
-   * Sends the held output of a streamed `fd` as far as the host's credit goes, then ends the stream if the
-   * child's end was waiting for it; reading from the child is paused while the window is full or output is
-   * held, and resumed once neither holds.
-   */
-  #sendHeld(job: Job, fd: StreamFd): void {
-    const stream = job.streams[fd];
-    const { held } = stream;
-    const window = this.#aheadAllowed(job);
-    while (held.length > 0 && stream.unacked < window) {
-      // As much of the oldest read as the window has room for, in a frame of at most MAX_CHUNK_BYTES; the rest
-      // stays first in line.
-      let piece = held[0];
-      const room = Math.min(window - stream.unacked, MAX_CHUNK_BYTES);
-      if (piece.byteLength > room) {
-        held[0] = piece.subarray(room);
-        piece = piece.subarray(0, room);
-      } else {
-        held.shift();
-      }
-      this.#writer.send(OUTPUT_FRAME[fd], job.id, piece);
-      stream.unacked += piece.byteLength;
-    }
-    if (held.length === 0 && stream.ended) {
-      this.#closeStream(job, fd);
-      return;
-    }
-    const full = held.length > 0 || stream.unacked >= window;
-    if (full === stream.paused) return;
-    stream.paused = full;
-    if (full) {
-      job.child?.pause(fd);
-    } else {
-      job.child?.resume(fd);
-      this.#armGrace(job);
-    }
-  }
-
-  /**
-   * Bytes a streamed output may be ahead of the host's credit: the window while the command runs, twice that once it
-   * exited (EXIT_TAIL_WINDOWS), so that what it left in its pipe is read to its end without waiting for a reader who
-   * may never come.
-   */
-  #aheadAllowed(job: Job): number {
-    return job.exit ? job.request.window * EXIT_TAIL_WINDOWS : job.request.window;
-  }
-
-  /** Streamed output counts against maxBuffer too (the Bun shape's, as Bun's): past it, the command gets killSignal. */
-  #countStreamed(job: Job, bytes: number): void {
-    const { maxBuffer } = job.request;
-    if (maxBuffer === undefined) return;
-    job.totalBytes += bytes;
-    if (job.totalBytes > maxBuffer && !job.exit) this.#stopFor(job, "maxBuffer", job.request.killSignal);
-  }
-
-  /** Collects buffered output in pieces of at most MAX_CHUNK_BYTES, flushed before they would pass it. */
-  #collect(job: Job, fd: StreamFd, chunk: Uint8Array): void {
-    const { maxBuffer } = job.request;
-    for (let offset = 0; offset < chunk.byteLength; offset += MAX_CHUNK_BYTES) {
-      const piece = chunk.byteLength <= MAX_CHUNK_BYTES ? chunk : chunk.subarray(offset, offset + MAX_CHUNK_BYTES);
-      job.totalBytes += piece.byteLength;
-      if (maxBuffer !== undefined && job.totalBytes > maxBuffer) {
-        this.#passedMaxBuffer(job);
-        return;
-      }
-      if (job.collectedBytes + piece.byteLength > MAX_CHUNK_BYTES) this.#flushCollected(job);
-      job.streams[fd].collected.push(piece);
-      job.collectedBytes += piece.byteLength;
-    }
-  }
-
-  /**
-   * Past maxBuffer the request ends with that reason whenever the limit is passed: a command still running is stopped
-   * (what it writes until it is gone is not kept); after its exit (a background job of its wrote the rest) its
-   * streams are let go, as Node's execFile destroys them, so that the request ends now.
-   */
-  #passedMaxBuffer(job: Job): void {
-    if (!job.exit) {
-      this.#stopFor(job, "maxBuffer", "SIGKILL");
-      return;
-    }
-    job.reason ??= "maxBuffer";
-    this.#releaseStreams(job);
   }
 
   #killChild(job: Job, signal: string, group: boolean): void {
@@ -469,7 +284,7 @@ class Server {
  * terminal), which no JavaScript runtime's spawn offers. Bun's `Terminal` is not used: its `data` callback cannot be
  * paused, so a slow reader could not hold the program back (the worker would buffer its output without bound).
  *
- * @throws {SpawnFailed} ENOTSUP, naming the option.
+ * @throws {ChildStartError} ENOTSUP, naming the option.
  */
 function refuseNativeOnly(request: SpawnRequest, runtime: RuntimeName): void {
   const option = request.killTree === true
@@ -480,7 +295,7 @@ function refuseNativeOnly(request: SpawnRequest, runtime: RuntimeName): void {
     ? "terminal"
     : undefined;
   if (option === undefined) return;
-  throw new SpawnFailed({
+  throw new ChildStartError({
     code: "ENOTSUP",
     message: `${option} is not supported by ${runtime} workers; it needs the native worker ` +
       `(runtime: "native", the default where it is installed)`,

@@ -8,7 +8,7 @@
  *                which cleans up as the process's end would have.
  *   kill         no signal is sent; it succeeds (a kill, a timeout's group kill, stop()'s SIGKILL of every group).
  *   vfork        no process starts: it returns a fake pid past PID_MAX_LIMIT, as a child that exec'd at once would
- *                (native/spawn.c then reads EOF from its report pipe: the exec worked).
+ *                (native/start_child.c then reads EOF from its report pipe: the exec worked).
  *
  * Everything else is real: the request's pipes and socketpairs, epoll, the program's lookup (stat, access) along PATH,
  * and the frames the worker sends, written to a socketpair that the harness reads.

@@ -6,7 +6,7 @@
 
 import type { Buffer } from "node:buffer";
 import * as native from "node:child_process";
-import type { Scheduler } from "../../core/execution.ts";
+import type { Scheduler } from "../../core/scheduler.ts";
 import { type ExecError, execFileArguments, execFileSettings, finishExecFile } from "./_exec_file.ts";
 import { ChildProcess } from "./child_process.ts";
 import { invalidArgType, noNulBytes } from "./errors.ts";

@@ -8,13 +8,14 @@ import { EventEmitter } from "node:events";
 import { setImmediate } from "node:timers";
 import type { Readable, Writable } from "node:stream";
 import { SpawnError } from "../../core/errors.ts";
-import { Execution, type KillScope, type Scheduler } from "../../core/execution.ts";
+import { Execution, type KillScope } from "../../core/execution.ts";
+import type { Scheduler } from "../../core/scheduler.ts";
 import type { ExceededLimit } from "../../core/limits.ts";
 import type { OutputControls, OutputSink } from "../../core/output_stream.ts";
 import type { ExitInfo, StreamFd } from "../../core/frame.ts";
 import { buildRequest } from "../../core/options.ts";
 import { type ResourceUsage, resourceUsage } from "../../core/usage.ts";
-import { AbortError, errnoOf, nodeError, validSignal } from "./errors.ts";
+import { AbortError, nodeError, nodeSpawnError, validSignal } from "./errors.ts";
 import type { PooledSpawn } from "./options.ts";
 import { epipe, InputWritable, OutputReadable } from "./streams.ts";
 
@@ -383,16 +384,9 @@ export class ChildProcess extends EventEmitter {
     this.#settle();
     let reported = error;
     if (error instanceof SpawnError) {
-      const errno = error.errno ?? errnoOf(error.code);
-      // Node's own fields, enumerable as in Node; the pool's error stays reachable as the (hidden) cause.
-      reported = Object.assign(new Error(`spawn ${this.spawnfile} ${error.code}`, { cause: error }), {
-        errno,
-        code: error.code,
-        syscall: `spawn ${this.spawnfile}`,
-        path: this.spawnfile,
-        spawnargs: this.spawnargs.slice(1),
-      });
-      if (errno !== undefined) this.exitCode = errno;
+      const failure = nodeSpawnError(error, this.spawnfile, this.spawnargs.slice(1));
+      if (failure.errno !== undefined) this.exitCode = failure.errno;
+      reported = failure;
     }
     // Nothing ran (or its worker is gone): the streams close without waiting for a reader, and their
     // 'close' events lead to the child's.

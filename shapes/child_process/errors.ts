@@ -5,6 +5,7 @@
  */
 
 import { constants as osConstants } from "node:os";
+import type { SpawnError } from "../../core/errors.ts";
 import { MAX_TIMER_MS } from "../../core/options.ts";
 import { signalName } from "../../core/signals.ts";
 
@@ -110,6 +111,21 @@ export function noNulBytes(value: unknown, name: string): void {
 export function errnoOf(code: string): number | undefined {
   const errno = (osConstants.errno as Record<string, number | undefined>)[code];
   return errno === undefined ? undefined : -errno;
+}
+
+/**
+ * A command that could not start as Node reports it: "spawn <file> <code>" with Node's own fields, enumerable as in
+ * Node; the pool's {@linkcode SpawnError} stays reachable as the (hidden) cause.
+ */
+export function nodeSpawnError(error: SpawnError, file: string, args: string[]): Error & { errno: number | undefined } {
+  const errno = error.errno ?? errnoOf(error.code);
+  return Object.assign(new Error(`spawn ${file} ${error.code}`, { cause: error }), {
+    errno,
+    code: error.code,
+    syscall: `spawn ${file}`,
+    path: file,
+    spawnargs: args,
+  });
 }
 
 /** Node's `convertToValidSignal`: a signal's name from its name (in any case) or number, else ERR_UNKNOWN_SIGNAL. */
