@@ -205,6 +205,8 @@ void buf_free(struct buf *b);
 /* Room for one more read in a command's collected output (a spare buffer when there is one); given back with buf_release. */
 void buf_reserve_output(struct buf *b);
 void buf_release(struct buf *b);
+/* An empty buffer of SPARE_MAX_BYTES (buffer.c), a spare one when there is one; into `b`, which holds nothing. */
+void buf_take_spare(struct buf *b);
 
 /* wire_names.c */
 int signal_number(const char *name, size_t len);
@@ -235,6 +237,10 @@ extern struct watch channel;
 extern bool output_held;
 uint8_t *frame_begin(size_t max_payload);
 void frame_end(uint8_t type, uint32_t id, size_t length);
+/* A frame whose payload is `length` bytes, `in_place` of them built after frame_begin, the rest to follow (send_owned). */
+void frame_end_partial(uint8_t type, uint32_t id, size_t length, size_t in_place);
+/* The bytes of `b` go out next, after what is queued: taken over (b is left empty), not copied, unless small. */
+void send_owned(struct buf *b);
 void send_frame(uint8_t type, uint32_t id, const void *payload, size_t length);
 void flush_out(void);
 void flush_out_at_exit(void);
