@@ -54,7 +54,10 @@ static void free_stdin_ops(struct job *job) {
 /* Ends a job for good; its memory goes at the end of this loop turn (events for it may still be pending). */
 void bury(struct job *job) {
   watch_close(&job->w_stdin);
-  for (int fd = 1; fd <= 2; fd++) watch_close(&job->w_out[fd]);
+  for (int fd = 1; fd <= 2; fd++) {
+    watch_close(&job->w_out[fd]);
+    forget_grown_pipe(job, fd);
+  }
   watch_close(&job->w_exit);
   free_stdin_ops(job);
   if (job->prev) job->prev->next = job->next;

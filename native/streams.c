@@ -43,6 +43,7 @@ void close_stream(struct job *job, int fd, bool tell) {
   job->open[fd] = false;
   job->paused[fd] = false;
   watch_close(&job->w_out[fd]);
+  forget_grown_pipe(job, fd);
   if (was_paused) arm_grace(job);
   if (tell) send_frame(F_STREAM_END, job->id, &(uint8_t){(uint8_t)fd}, 1);
   finish(job);
@@ -203,6 +204,25 @@ static void passed_max_buffer(struct job *job) {
  */
 static struct buf hand;
 #define SMALL_OUTPUT_BYTES (16 * 1024)
+/*
+ * A pipe's capacity by default (Linux), and what a buffered command's pipe is grown to once its output filled that: the
+ * command then writes on without waiting for the worker, and the worker reads it in fewer, larger reads. Unprivileged,
+ * a pipe may grow to 1 MiB (fs.pipe-max-size); past fs.pipe-user-pages-soft in all of a user's pipes the kernel refuses.
+ */
+#define PIPE_DEFAULT_BYTES (64 * 1024)
+#define PIPE_LARGE_BYTES (256 * 1024)
+/*
+ * Grown pipes open at once, at most: 16 MiB of pipe, a quarter of the default fs.pipe-user-pages-soft (64 MiB), past
+ * which every new pipe of the user's, anywhere, gets two pages.
+ */
+#define PIPES_GROWN_MAX 64
+static int pipes_grown;
+
+void forget_grown_pipe(struct job *job, int fd) {
+  if (!job->pipe_grown[fd]) return;
+  job->pipe_grown[fd] = false;
+  pipes_grown--;
+}
 
 /*
  * Reads a buffered command's output into its collected buffer, as much as the pipe holds and the buffer takes, kept in
@@ -226,6 +246,14 @@ static ssize_t collect(struct job *job, int fd) {
     passed_max_buffer(job);
     return n;
   }
+#ifdef F_SETPIPE_SZ
+  /* A first read that emptied a full default pipe: a large output, which a larger pipe takes in fewer wake-ups. */
+  if (first && n >= PIPE_DEFAULT_BYTES && !job->sockets && pipes_grown < PIPES_GROWN_MAX &&
+      fcntl(job->w_out[fd].fd, F_SETPIPE_SZ, PIPE_LARGE_BYTES) >= 0) {
+    job->pipe_grown[fd] = true;
+    pipes_grown++;
+  }
+#endif
   if (first && n <= SMALL_OUTPUT_BYTES) {
     buf_put(b, hand.data, (size_t)n);
   } else if (first) {

@@ -169,6 +169,7 @@ struct job {
   bool open[3], paused[3];
   bool lingering[3];   /* released by the host, not yet closed: see release_stream() */
   bool wrote[3];       /* whether anything was read from the stream yet */
+  bool pipe_grown[3];  /* its pipe was grown (streams.c collect), and counts against the worker's grown pipes */
   int linger_unread[3]; /* bytes unread at the last look */
   int64_t linger_since[3]; /* when that count was first seen */
   double unacked[3];
@@ -244,6 +245,8 @@ void send_owned(struct buf *b);
 void send_frame(uint8_t type, uint32_t id, const void *payload, size_t length);
 void flush_out(void);
 void flush_out_at_exit(void);
+/* Sets up the channel's socket once connected: a larger send buffer. */
+void channel_tune(int fd);
 int connect_from_bootstrap(void);
 
 /* host_frames.c */
@@ -267,6 +270,8 @@ void check_exit(struct job *job);
 void arm_grace(struct job *job);
 void hold_buffered_output(bool hold);
 void close_stream(struct job *job, int fd, bool tell);
+/* The stream's pipe, closed, no longer counts as grown. */
+void forget_grown_pipe(struct job *job, int fd);
 void release_streams(struct job *job);
 void release_stream(struct job *job, int fd);
 void check_lingering(struct job *job);
