@@ -34,13 +34,13 @@ void buf_free(struct buf *b) {
 }
 
 /*
- * Spare output buffers. A buffered command's first read is copied out of a scratch buffer into one just big enough
- * (most outputs are small); from its second read on, reads go straight into the buffer, which then moves into a spare
- * one if there is one, so a large output neither grows by copying at each doubling nor makes the allocator map,
- * page-fault and unmap a fresh region each time (a 163 KB output copied 578 KB in the worker; now about 290).
- * Buffers of SPARE_MIN_BYTES to SPARE_MAX_BYTES come back here when their job is freed; at most SPARE_COUNT (1 MB).
+ * Spare output buffers. A buffered command's first read goes into a spare (streams.c collect: kept as its buffer when
+ * the read was large, copied out when small); its next reads go straight into its buffer, which moves into a larger
+ * spare if there is one, so a large output neither grows by copying at each doubling nor makes the allocator map,
+ * page-fault and unmap a fresh region each time. Buffers of SPARE_MIN_BYTES to SPARE_MAX_BYTES come back here once
+ * written to the host (channel.c) or when their job is freed; at most SPARE_COUNT (2 MB).
  */
-#define SPARE_COUNT 4
+#define SPARE_COUNT 8
 #define SPARE_MIN_BYTES (128 * 1024)
 #define SPARE_MAX_BYTES (256 * 1024)
 static struct buf spares[SPARE_COUNT];
@@ -58,6 +58,15 @@ void buf_reserve_output(struct buf *b) {
     return;
   }
   buf_reserve(b, OUTPUT_READ_BYTES);
+}
+
+void buf_take_spare(struct buf *b) {
+  if (spare_count > 0) {
+    *b = spares[--spare_count];
+    b->len = 0;
+    return;
+  }
+  buf_reserve(b, SPARE_MAX_BYTES);
 }
 
 void buf_release(struct buf *b) {

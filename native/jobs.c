@@ -54,7 +54,10 @@ static void free_stdin_ops(struct job *job) {
 /* Ends a job for good; its memory goes at the end of this loop turn (events for it may still be pending). */
 void bury(struct job *job) {
   watch_close(&job->w_stdin);
-  for (int fd = 1; fd <= 2; fd++) watch_close(&job->w_out[fd]);
+  for (int fd = 1; fd <= 2; fd++) {
+    watch_close(&job->w_out[fd]);
+    forget_grown_pipe(job, fd);
+  }
   watch_close(&job->w_exit);
   free_stdin_ops(job);
   if (job->prev) job->prev->next = job->next;
@@ -161,13 +164,14 @@ static void send_exit(struct job *job, uint8_t type, bool with_output) {
   size_t stdout_len = with_output ? job->collected[1].len : 0;
   size_t stderr_len = with_output ? job->collected[2].len : 0;
   size_t length = 8 + (size_t)json_len + stdout_len + stderr_len;
-  uint8_t *p = frame_begin(length);
+  uint8_t *p = frame_begin(8 + (size_t)json_len);
   put_u32(p, (uint32_t)json_len);
   memcpy(p + 4, json, (size_t)json_len);
   put_u32(p + 4 + json_len, (uint32_t)stdout_len);
-  if (stdout_len) memcpy(p + 8 + json_len, job->collected[1].data, stdout_len);
-  if (stderr_len) memcpy(p + 8 + json_len + stdout_len, job->collected[2].data, stderr_len);
-  frame_end(type, job->id, length);
+  frame_end_partial(type, job->id, length, 8 + (size_t)json_len);
+  /* The output goes out from where it was collected (writev), not copied into the frame. */
+  if (stdout_len) send_owned(&job->collected[1]);
+  if (stderr_len) send_owned(&job->collected[2]);
 }
 
 /* Tells the host the command's pid (Spawned), unless it was told already; before any other frame of the job's. */

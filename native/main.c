@@ -135,6 +135,7 @@ int main(void) {
     if (channel.fd < 0) return 1; /* the host went away while this worker started: nobody is left to tell */
   }
   set_nonblocking(channel.fd);
+  channel_tune(channel.fd);
 
   if (!signals_init()) return 1;
   if (!loop_init()) return 1;

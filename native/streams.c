@@ -43,6 +43,7 @@ void close_stream(struct job *job, int fd, bool tell) {
   job->open[fd] = false;
   job->paused[fd] = false;
   watch_close(&job->w_out[fd]);
+  forget_grown_pipe(job, fd);
   if (was_paused) arm_grace(job);
   if (tell) send_frame(F_STREAM_END, job->id, &(uint8_t){(uint8_t)fd}, 1);
   finish(job);
@@ -62,7 +63,7 @@ void release_streams(struct job *job) {
   }
 }
 
-/* One read's worth of output that is not kept where it lands: a buffered command's first read, a released socket's rest. */
+/* One read's worth of output that is not kept: a released socket's rest. */
 static uint8_t scratch[OUTPUT_READ_BYTES];
 
 /* Bytes waiting unread in `fd` (a pipe or a socket), or -1 when it cannot be told. */
@@ -174,9 +175,10 @@ static void flush_collected(struct job *job) {
   send_spawned(job);
   for (int fd = 1; fd <= 2; fd++) {
     if (job->collected[fd].len > 0) {
-      send_frame(fd == 1 ? F_STDOUT : F_STDERR, job->id, job->collected[fd].data, job->collected[fd].len);
+      frame_begin(0);
+      frame_end_partial(fd == 1 ? F_STDOUT : F_STDERR, job->id, job->collected[fd].len, 0);
+      send_owned(&job->collected[fd]);
     }
-    job->collected[fd].len = 0;
   }
   job->collected_bytes = 0;
 }
@@ -196,16 +198,47 @@ static void passed_max_buffer(struct job *job) {
 }
 
 /*
- * Reads a buffered command's output into its collected buffer, kept in pieces of at most MAX_CHUNK_BYTES (sent ahead
- * before a read could pass it): the first read through a scratch buffer, the next ones straight in (buf_reserve_output).
- * Past maxBuffer, the read is not kept (passed_max_buffer).
+ * A buffer at hand for a buffered command's first read (its output's size not known yet): a read of more than
+ * SMALL_OUTPUT_BYTES keeps it as the command's buffer (a spare one comes to hand for the next), a smaller one is copied
+ * out into a buffer just big enough (most outputs are small). So a large output is never copied in the worker.
+ */
+static struct buf hand;
+#define SMALL_OUTPUT_BYTES (16 * 1024)
+/*
+ * A pipe's capacity by default (Linux), and what a buffered command's pipe is grown to once its output filled that: the
+ * command then writes on without waiting for the worker, and the worker reads it in fewer, larger reads. Unprivileged,
+ * a pipe may grow to 1 MiB (fs.pipe-max-size); past fs.pipe-user-pages-soft in all of a user's pipes the kernel refuses.
+ */
+#define PIPE_DEFAULT_BYTES (64 * 1024)
+#define PIPE_LARGE_BYTES (256 * 1024)
+/*
+ * Grown pipes open at once, at most: 16 MiB of pipe, a quarter of the default fs.pipe-user-pages-soft (64 MiB), past
+ * which every new pipe of the user's, anywhere, gets two pages.
+ */
+#define PIPES_GROWN_MAX 64
+static int pipes_grown;
+
+void forget_grown_pipe(struct job *job, int fd) {
+  if (!job->pipe_grown[fd]) return;
+  job->pipe_grown[fd] = false;
+  pipes_grown--;
+}
+
+/*
+ * Reads a buffered command's output into its collected buffer, as much as the pipe holds and the buffer takes, kept in
+ * pieces of at most MAX_CHUNK_BYTES (sent ahead before a read could pass it). Past maxBuffer, the read is not kept
+ * (passed_max_buffer).
  */
 static ssize_t collect(struct job *job, int fd) {
   if (job->collected_bytes + OUTPUT_READ_BYTES > MAX_CHUNK_BYTES) flush_collected(job);
   struct buf *b = &job->collected[fd];
   bool first = b->cap == 0;
+  if (first && hand.cap == 0) buf_take_spare(&hand);
   if (!first) buf_reserve_output(b);
-  ssize_t n = read(job->w_out[fd].fd, first ? scratch : b->data + b->len, OUTPUT_READ_BYTES);
+  struct buf *into = first ? &hand : b;
+  size_t max = into->cap - into->len;
+  if (max > MAX_CHUNK_BYTES - job->collected_bytes) max = MAX_CHUNK_BYTES - job->collected_bytes;
+  ssize_t n = read(job->w_out[fd].fd, into->data + into->len, max);
   if (n <= 0) return n;
   job->wrote[fd] = true;
   job->total_bytes += (double)n;
@@ -213,8 +246,23 @@ static ssize_t collect(struct job *job, int fd) {
     passed_max_buffer(job);
     return n;
   }
-  if (first) buf_put(b, scratch, (size_t)n);
-  else b->len += (size_t)n;
+#ifdef F_SETPIPE_SZ
+  /* A first read that emptied a full default pipe: a large output, which a larger pipe takes in fewer wake-ups. */
+  if (first && n >= PIPE_DEFAULT_BYTES && !job->sockets && pipes_grown < PIPES_GROWN_MAX &&
+      fcntl(job->w_out[fd].fd, F_SETPIPE_SZ, PIPE_LARGE_BYTES) >= 0) {
+    job->pipe_grown[fd] = true;
+    pipes_grown++;
+  }
+#endif
+  if (first && n <= SMALL_OUTPUT_BYTES) {
+    buf_put(b, hand.data, (size_t)n);
+  } else if (first) {
+    *b = hand;
+    b->len = (size_t)n;
+    memset(&hand, 0, sizeof hand);
+  } else {
+    b->len += (size_t)n;
+  }
   job->collected_bytes += (size_t)n;
   return n;
 }

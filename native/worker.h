@@ -171,6 +171,7 @@ struct job {
   bool open[3], paused[3];
   bool lingering[3];   /* released by the host, not yet closed: see release_stream() */
   bool wrote[3];       /* whether anything was read from the stream yet */
+  bool pipe_grown[3];  /* its pipe was grown (streams.c collect), and counts against the worker's grown pipes */
   int linger_unread[3]; /* bytes unread at the last look */
   int64_t linger_since[3]; /* when that count was first seen */
   double unacked[3];
@@ -237,6 +238,8 @@ void buf_free(struct buf *b);
 /* Room for one more read in a command's collected output (a spare buffer when there is one); given back with buf_release. */
 void buf_reserve_output(struct buf *b);
 void buf_release(struct buf *b);
+/* An empty buffer of SPARE_MAX_BYTES (buffer.c), a spare one when there is one; into `b`, which holds nothing. */
+void buf_take_spare(struct buf *b);
 
 /* wire_names.c */
 int signal_number(const char *name, size_t len);
@@ -267,9 +270,15 @@ extern struct watch channel;
 extern bool output_held;
 uint8_t *frame_begin(size_t max_payload);
 void frame_end(uint8_t type, uint32_t id, size_t length);
+/* A frame whose payload is `length` bytes, `in_place` of them built after frame_begin, the rest to follow (send_owned). */
+void frame_end_partial(uint8_t type, uint32_t id, size_t length, size_t in_place);
+/* The bytes of `b` go out next, after what is queued: taken over (b is left empty), not copied, unless small. */
+void send_owned(struct buf *b);
 void send_frame(uint8_t type, uint32_t id, const void *payload, size_t length);
 void flush_out(void);
 void flush_out_at_exit(void);
+/* Sets up the channel's socket once connected: a larger send buffer. */
+void channel_tune(int fd);
 int connect_from_bootstrap(void);
 
 /* host_frames.c */
@@ -293,6 +302,8 @@ void check_exit(struct job *job);
 void arm_grace(struct job *job);
 void hold_buffered_output(bool hold);
 void close_stream(struct job *job, int fd, bool tell);
+/* The stream's pipe, closed, no longer counts as grown. */
+void forget_grown_pipe(struct job *job, int fd);
 void release_streams(struct job *job);
 void release_stream(struct job *job, int fd);
 void check_lingering(struct job *job);
