@@ -212,10 +212,10 @@ static struct buf hand;
 #define PIPE_DEFAULT_BYTES (64 * 1024)
 #define PIPE_LARGE_BYTES (256 * 1024)
 /*
- * Grown pipes open at once, at most: 16 MiB of pipe, a quarter of the default fs.pipe-user-pages-soft (64 MiB), past
- * which every new pipe of the user's, anywhere, gets two pages.
+ * Grown pipes open at once in one worker, at most: 4 MiB of pipe, so that a pool of four workers stays at a quarter of
+ * the default fs.pipe-user-pages-soft (64 MiB), past which every new pipe of the user's, anywhere, gets two pages.
  */
-#define PIPES_GROWN_MAX 64
+#define PIPES_GROWN_MAX 16
 static int pipes_grown;
 
 void forget_grown_pipe(struct job *job, int fd) {
