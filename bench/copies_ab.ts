@@ -33,7 +33,7 @@ const scratch = mkdtempSync(join(tmpdir(), "spawnpool-copies-"));
 const catFile = writeCatFixture(scratch);
 const expected = Buffer.from(catFixtureBytes());
 const loop = join(scratch, "spawn_loop");
-execFileSync("cc", ["-O2", "-o", loop, fileURLToPath(new URL("reference/spawn_loop.c", import.meta.url))]);
+execFileSync("cc", ["-O2", "-o", loop, fileURLToPath(new URL("reference/spawn_loop.c", import.meta.url).href)]);
 
 const pools = { base: new Base(), this: new Pool() };
 await Promise.all(Object.values(pools).map((pool) => pool.ready()));
@@ -51,7 +51,10 @@ function workersOf(dir: string): string[] {
   ).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8").startsWith(dir));
 }
 /** Host and worker CPU per cat, µs, of each pool's rounds. */
-const cpu = { base: { host: [] as number[], workers: [] as number[] }, this: { host: [] as number[], workers: [] as number[] } };
+const cpu = {
+  base: { host: [] as number[], workers: [] as number[] },
+  this: { host: [] as number[], workers: [] as number[] },
+};
 
 /** Spawns/s of `n` cats through `pool`, IN_FLIGHT at a time, every output checked; its CPU per cat into `into`. */
 async function pooled(pool: Pool, n: number, into?: { host: number[]; workers: number[] }, dir = ""): Promise<number> {
@@ -82,8 +85,12 @@ async function cLoop(flags: string[], loops = 1): Promise<number> {
   const each = Math.ceil(SPAWNS / loops);
   const args = [...flags, String(each), String(Math.ceil(IN_FLIGHT / loops)), "cat", catFile];
   const t0 = performance.now();
-  await Promise.all(Array.from({ length: loops }, () =>
-    new Promise<void>((resolve, reject) => execFile(loop, args, (error) => error ? reject(error) : resolve()))));
+  await Promise.all(
+    Array.from(
+      { length: loops },
+      () => new Promise<void>((resolve, reject) => execFile(loop, args, (error) => error ? reject(error) : resolve())),
+    ),
+  );
   return Math.round(each * loops / ((performance.now() - t0) / 1000));
 }
 
@@ -93,7 +100,11 @@ const cases: Array<[string, () => Promise<number>, number[]]> = [
   ["C loop, output read, 4 processes", () => cLoop(["--collect"], 4), []],
   ["C loop, output to /dev/null", () => cLoop([]), []],
   ["pool, base", () => pooled(pools.base, SPAWNS, cpu.base, base), []],
-  ["pool, this checkout", () => pooled(pools.this, SPAWNS, cpu.this, fileURLToPath(new URL("..", import.meta.url))), []],
+  [
+    "pool, this checkout",
+    () => pooled(pools.this, SPAWNS, cpu.this, fileURLToPath(new URL("..", import.meta.url).href)),
+    [],
+  ],
 ];
 
 const loadBefore = loadavg()[0];

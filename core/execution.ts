@@ -30,7 +30,7 @@ import {
   type OutputSinkFactory,
   OutputStream,
 } from "./output_stream.ts";
-import type { RequestChannel, RequestSink } from "./worker_handle.ts";
+import type { RequestChannel, RequestSink } from "./request_sink.ts";
 import { Deferred } from "./deferred.ts";
 import type { Scheduler, Submission } from "./scheduler.ts";
 

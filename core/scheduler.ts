@@ -7,7 +7,7 @@
 import type { SpawnPoolError } from "./errors.ts";
 import type { SpawnRequest, WireSpawnFailure } from "./frame.ts";
 import type { RequestDefaults } from "./options.ts";
-import type { RequestChannel } from "./worker_handle.ts";
+import type { RequestChannel } from "./request_sink.ts";
 
 /** A request as a scheduler sees it: what to send, and where to say what became of it. */
 export interface Submission {

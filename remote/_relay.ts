@@ -24,7 +24,7 @@ import {
   type StreamFd,
   type WireSpawnFailure,
 } from "../core/frame.ts";
-import type { RequestChannel, RequestSink } from "../core/worker_handle.ts";
+import type { RequestChannel, RequestSink } from "../core/request_sink.ts";
 import { killGroups, startTimeOf } from "../adapters/_process.ts";
 import type { AgentEvent } from "./agent.ts";
 import {

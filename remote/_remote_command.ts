@@ -16,7 +16,7 @@ import {
   type FrameType,
   ProtocolError,
 } from "../core/frame.ts";
-import { deliverFrame, type RequestChannel, type RequestSink } from "../core/worker_handle.ts";
+import { deliverFrame, type RequestChannel, type RequestSink } from "../core/request_sink.ts";
 import { type NatsMsg, noResponders } from "./_nats.ts";
 import {
   type Accepted,

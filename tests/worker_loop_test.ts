@@ -26,7 +26,8 @@ import {
   type SpawnRequest,
   type WireSpawnFailure,
 } from "../core/frame.ts";
-import { type RequestSink, WorkerHandle } from "../core/worker_handle.ts";
+import type { RequestSink } from "../core/request_sink.ts";
+import { WorkerHandle } from "../core/worker_handle.ts";
 import { SpawnPoolError } from "../mod.ts";
 import { serve } from "../worker/serve.ts";
 import { frame } from "./_helpers.ts";
