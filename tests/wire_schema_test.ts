@@ -151,11 +151,11 @@ describe("the wire schema: native/ and core/ agree", () => {
         [],
         "worker/serve.ts (and its _output_sender.ts) never sends",
       );
-      const host = tsCode("core/worker_handle.ts");
+      const host = tsCode("core/worker_handle.ts") + tsCode("core/request_sink.ts");
       assert.deepEqual(
         missing(toHost, [...host.matchAll(/Frame\.(\w+)/g)].map((m) => m[1])),
         [],
-        "core/worker_handle.ts never reads",
+        "core/worker_handle.ts (and its request_sink.ts) never reads",
       );
     });
   });
