@@ -5,7 +5,8 @@
  * @module
  */
 
-import { currentPlatform } from "./adapters/platform.ts";
+import { currentPlatform, provideInHost } from "./adapters/platform.ts";
+import { startInHost } from "./worker/in_host.ts";
 import { type CommandOptions, PoolCommand, type PooledChildProcess } from "./shapes/command.ts";
 import type { Scheduler } from "./core/scheduler.ts";
 import { requestDefaults } from "./core/options.ts";
@@ -21,6 +22,8 @@ import {
   type SpawnOptions,
   type SpawnOptionsWithCmd,
 } from "./shapes/subprocess.ts";
+
+provideInHost(startInHost);
 
 /** Options of a pool: local workers (`size`, `runtime`, ...) or, with `remote`, agents on other machines. */
 export interface PoolOptions extends LocalPoolOptions {

@@ -5,11 +5,10 @@
  * @module
  */
 
-import type { Adapter, Platform, RuntimeName, WorkerLaunch, WorkerRuntime } from "../core/adapter.ts";
+import type { Adapter, Platform, RuntimeName, WorkerLaunch, WorkerProcess, WorkerRuntime } from "../core/adapter.ts";
 import { SpawnPoolError } from "../core/errors.ts";
 import { NATIVE_WORKER_PACKAGE, NPM_WORKER_SPECIFIER, npmWorkerPath, WORKERS_FROM_NPM } from "./_npm_worker.ts";
 import { preflight } from "./_preflight.ts";
-import { startInHost } from "../worker/in_host.ts";
 import { dirnameOf, fileUrlToPath, joinPath, PATH_DELIMITER, system } from "./_system.ts";
 import { bunAdapter } from "./bun.ts";
 import { denoAdapter } from "./deno.ts";
@@ -197,6 +196,17 @@ function nativeDefaultAllowed(host: RuntimeName): boolean {
 
 let cached: Platform | undefined;
 
+/**
+ * What runs the worker loop inside the host (worker/in_host.ts `startInHost`), given by the layer above (pool.ts): the
+ * adapters sit below the worker loop and do not import it. Without it a platform has no `inHost`.
+ */
+let inHostStarter: ((host: Adapter) => WorkerProcess) | undefined;
+
+/** Gives the platform its in-host worker loop (pool.ts does, as it loads). */
+export function provideInHost(start: (host: Adapter) => WorkerProcess): void {
+  inHostStarter = start;
+}
+
 /** What runs when the process exits: one listener on the process for every pool. */
 const exitHandlers = new Set<() => void>();
 
@@ -241,8 +251,12 @@ export function currentPlatform(): Platform {
         !request.group && request.detached !== true && request.killTree !== true && request.limits === undefined &&
         request.terminal === undefined &&
         (runtime !== "deno" || request.argv0 === undefined),
-      // Imported with the rest: in a bundle it costs next to nothing, where a dynamic import() costs 1-2 ms.
-      start: () => startInHost(adapterFor(runtime)),
+      // Provided by pool.ts, imported with the rest: in a bundle it costs next to nothing, where a dynamic import()
+      // costs 1-2 ms.
+      start: () => {
+        if (inHostStarter === undefined) throw new Error("No worker loop to run in the host (pool.ts provides it)");
+        return inHostStarter(adapterFor(runtime));
+      },
     },
     launch(
       workerRuntime: WorkerRuntime,
