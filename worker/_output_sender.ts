@@ -123,7 +123,7 @@ export class OutputSender {
    * for the other one (a grandchild's). The host hears StreamEnd unless the request is buffered or the host
    * released it.
    */
-  closeStream(job: Job, fd: StreamFd, tell = !job.request.buffered): void {
+  closeStream(job: Job, fd: StreamFd, tell: boolean = !job.request.buffered): void {
     const stream = job.streams[fd];
     const wasPaused = stream.paused;
     stream.open = false;
