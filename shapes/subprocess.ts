@@ -8,9 +8,9 @@ import { SpawnError } from "../core/errors.ts";
 import { Execution } from "../core/execution.ts";
 import type { Scheduler } from "../core/scheduler.ts";
 import type { OutputReadableStream } from "../core/output_stream.ts";
-import type { ExitInfo } from "../core/frame.ts";
+import type { ExitInfo, SpawnRequest, WireTerminal } from "../core/frame.ts";
 import type { ExceededLimit } from "../core/limits.ts";
-import { buildRequest, type CommonOptions } from "../core/options.ts";
+import { buildRequest, type CommonOptions, type RequestInput } from "../core/options.ts";
 import { type ResourceUsage, resourceUsage } from "../core/usage.ts";
 import { exitStatusCode, signalName } from "../core/signals.ts";
 import { type Terminal, terminalOf, type TerminalOptions, terminalRequest } from "../core/terminal.ts";
@@ -78,6 +78,31 @@ export function spawnArguments(
 }
 
 /**
+ * The request of a spawn of `cmd` with `options` and the stdio fields given (its pipes', or its terminal's), checked;
+ * as Bun.spawn, a program or cwd that is certainly missing throws here (code ENOENT, ENOTDIR, EACCES).
+ */
+function bunRequest(
+  scheduler: Scheduler,
+  cmd: string[],
+  options: SpawnOptions,
+  // `terminal` always given, so that the option's own (a Terminal or its options) never reaches the request.
+  stdio: Pick<RequestInput, "stdin" | "stdout" | "stderr" | "sockets" | "env"> & { terminal: WireTerminal | undefined },
+): SpawnRequest {
+  const request = buildRequest({
+    ...options,
+    cmd: cmd[0],
+    args: cmd.slice(1),
+    env: options.env as Record<string, string> | undefined,
+    clearEnv: options.env !== undefined,
+    buffered: false,
+    ...stdio,
+  }, scheduler.defaults);
+  const failure = scheduler.preflight?.(request);
+  if (failure !== undefined) throw new SpawnError(failure, request.cmd, request.args);
+  return request;
+}
+
+/**
  * A running pooled command, shaped like Bun's `Subprocess`; from `spawn()`.
  *
  * @example Exit code and output
@@ -141,22 +166,13 @@ export class PooledSubprocess {
     const stdout = outputMode(slots[1], "pipe", "stdout", 1);
     const stderr = outputMode(slots[2], "inherit", "stderr", 2);
     this.stdio = [null, null, null, ...extra];
-    const request = buildRequest({
-      ...options,
-      cmd: cmd[0],
-      args: cmd.slice(1),
-      env: options.env as Record<string, string> | undefined,
-      clearEnv: options.env !== undefined,
+    const request = bunRequest(scheduler, cmd, options, {
       stdin: stdin.mode,
       stdout: stdout.mode,
       stderr: stderr.mode,
-      buffered: false,
       sockets: true, // as Bun.spawn's pipes: a writer whose reader went away gets ECONNRESET, not SIGPIPE
       terminal: undefined,
-    }, scheduler.defaults);
-    // As Bun.spawn, a program or cwd that is certainly missing throws here (code ENOENT, ENOTDIR, EACCES).
-    const failure = scheduler.preflight?.(request);
-    if (failure !== undefined) throw new SpawnError(failure, request.cmd, request.args);
+    });
     const execution = new Execution(scheduler, request, { stdinSource: stdin.source, signal: options.signal });
     this.#execution = execution;
     // Output relayed to a file of the host's is written there before `exited` resolves, as a child writing to the
@@ -174,17 +190,7 @@ export class PooledSubprocess {
 
   /** Starts the command on `terminal`: its stdio are the terminal's. */
   #start(scheduler: Scheduler, cmd: string[], options: SpawnOptions, terminal: Terminal): Execution {
-    const request = buildRequest({
-      ...options,
-      cmd: cmd[0],
-      args: cmd.slice(1),
-      env: options.env as Record<string, string> | undefined,
-      clearEnv: options.env !== undefined,
-      buffered: false,
-      ...terminalRequest(terminal, options.env),
-    }, scheduler.defaults);
-    const failure = scheduler.preflight?.(request);
-    if (failure !== undefined) throw new SpawnError(failure, request.cmd, request.args);
+    const request = bunRequest(scheduler, cmd, options, terminalRequest(terminal, options.env));
     const execution = new Execution(scheduler, request, { output: terminal.output, signal: options.signal });
     terminal.attach(execution, execution.completed);
     return execution;
