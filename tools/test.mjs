@@ -5,7 +5,7 @@
 // native workers, and on pools that run commands in the host (`startInHost`); the JSDoc examples; a JSR publish dry run; and the npm package
 // installed into scratch Node and Bun apps. Setup builds the native worker first (support/build_native.mjs). Prints each
 // step's time, a total, and exits non-zero on any failure.
-import { spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { crossCompile } from "../support/build_native.mjs";
@@ -80,9 +80,47 @@ function underEachHost(what, files, extra) {
     name: [host, runner.args[0], what(host)].filter(Boolean).join(" "),
     cmd: host,
     ...runner,
-    args: [...runner.args, ...files],
+    // Deno and Bun run a list of files one at a time in one process: a long list runs as two processes at once, as
+    // Node runs two files at once (separate processes: `deno test --parallel` shares one process's state between
+    // files, which these tests' pools, signals and exit hooks cannot share).
+    shards: host !== "node" && files.length >= SHARD_MIN_FILES ? halves(files) : [files],
     ...extra(host),
   }));
+}
+
+/** A list of test files long enough to be worth two runner processes. */
+const SHARD_MIN_FILES = 8;
+
+/** `files` dealt alternately into two lists (files of a kind sit together in name order, so each half gets some). */
+function halves(files) {
+  return [files.filter((_, i) => i % 2 === 0), files.filter((_, i) => i % 2 === 1)];
+}
+
+/**
+ * Runs `args` under `cmd` with `extraEnv`; resolves with its exit status and everything it wrote. A run that hangs is
+ * killed (SIGKILL) after 20 minutes instead of holding CI forever.
+ */
+function run(cmd, args, extraEnv) {
+  return new Promise((resolve) => {
+    const child = spawn(join(bin, cmd), args, {
+      cwd: root,
+      env: { ...env, ...extraEnv },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let output = "";
+    let error;
+    child.stdout.setEncoding("utf8").on("data", (chunk) => (output += chunk));
+    child.stderr.setEncoding("utf8").on("data", (chunk) => (output += chunk));
+    const timer = setTimeout(() => {
+      error = "killed after 20 minutes";
+      child.kill("SIGKILL");
+    }, 20 * 60_000);
+    child.on("error", (e) => (error = e.message));
+    child.on("close", (status) => {
+      clearTimeout(timer);
+      resolve({ status, output, error });
+    });
+  });
 }
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
@@ -176,30 +214,39 @@ for (const step of steps) {
     }
   }
   const started = performance.now();
-  // A step that hangs fails (and is killed) after 20 minutes instead of holding CI forever.
-  const result = spawnSync(join(bin, step.cmd), step.args, {
-    cwd: root,
-    env: { ...env, ...step.env },
-    encoding: "utf8",
-    maxBuffer: 1 << 28,
-    timeout: 20 * 60_000,
-    killSignal: "SIGKILL",
-  });
-  if (result.error) console.log(`${step.name}: ${result.error.message}`);
-  const output = `${result.stdout ?? ""}${result.stderr ?? ""}`;
-  process.stdout.write(output);
+  // A step's shards (lists of files for one runner each) run at once; their outputs are printed one after the other.
+  const shards = step.shards?.map((files) => [...step.args, ...files]) ?? [step.args];
+  const results = await Promise.all(shards.map((args) => run(step.cmd, args, step.env)));
   const seconds = ((performance.now() - started) / 1000).toFixed(1);
-  const ok = result.status === 0;
+  let ok = true;
+  let counted = [0, 0];
+  for (const [i, result] of results.entries()) {
+    if (shards.length > 1) console.log(`--- shard ${i + 1} of ${shards.length}`);
+    process.stdout.write(result.output);
+    if (result.error) console.log(`${step.name}: ${result.error}`);
+    ok &&= result.status === 0;
+    if (!step.count) continue;
+    const m = result.output.match(step.count);
+    if (!m) {
+      counted = undefined;
+      continue;
+    }
+    const [p, f] = step.totals ? step.totals(m) : [Number(m[1]), Number(m[2])];
+    if (counted) counted = [counted[0] + p, counted[1] + f];
+  }
   if (!ok) failures.push(step.name);
   if (step.count) {
-    const m = output.match(step.count);
-    if (!m) {
+    if (!counted) {
       failures.push(`${step.name}: no test summary`);
       failed++;
       continue;
     }
-    const [p, f] = step.totals ? step.totals(m) : [Number(m[1]), Number(m[2])];
-    console.log(`--- ${step.name}: ${p} passed, ${f} failed, ${seconds} s`);
+    const [p, f] = counted;
+    console.log(
+      `--- ${step.name}: ${p} passed, ${f} failed, ${seconds} s${
+        shards.length > 1 ? ` (${shards.length} shards at once)` : ""
+      }`,
+    );
     passed += p;
     failed += f;
     if (p === 0) failures.push(`${step.name}: ran no test`);
