@@ -32,6 +32,7 @@ import { childProcessFor } from "../node.ts";
 import { alive, fixture, frame, rssBytes, survivors, withTimeout } from "./_helpers.ts";
 import { random, randomBytes } from "./_fuzz.ts";
 import { memoryChannel } from "./_memory_channel.ts";
+import { request } from "./_native.ts";
 
 describe("a host fed random and mutated worker frames (fuzz)", () => {
   it("100,000 frames: nothing escapes the channel, only the worker's children are signalled, every failed request is typed", async () => {
@@ -210,18 +211,7 @@ describe("a Spawned frame's pid, vouched for once per chunk (core/worker_handle.
     push(frame(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime: "native", pid: 999_999 })));
     await worker.ready;
     const scheduler = { submit: (execution: Execution) => execution.assign(worker) };
-    const execution = new Execution(scheduler, {
-      cmd: "x",
-      args: [],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-      buffered: true,
-      killSignal: "SIGTERM",
-      forceKillAfterDelay: 0,
-      window: 4096,
-      group: false,
-    });
+    const execution = new Execution(scheduler, request({ cmd: "x", forceKillAfterDelay: 0, window: 4096 }));
     execution.completed.catch(() => {});
     const exit = frame(Frame.Exit, execution.id, concatBytes(encodeExit({ code: 0, signal: null, reason: null }, [])));
     return { push, vouched, orphans, closed: () => closed, execution, exit, worker };
