@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -18,6 +18,7 @@ import { delimiter, join, normalize } from "node:path";
 import process from "node:process";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { runCollecting } from "../support/run.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url).href);
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-deno-host-"));
@@ -32,20 +33,9 @@ function deno(
 ): Promise<{ status: number | null; out: string }> {
   const file = join(scratch, `host-${Math.random().toString(36).slice(2)}.ts`);
   writeFileSync(file, script);
-  const child = spawn("deno", ["run", "--quiet", "--no-config", "--no-lock", ...args, file], {
-    env: { ...process.env, NO_COLOR: "1", ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let out = "";
-  child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
-  child.stderr.setEncoding("utf8").on("data", (s: string) => (out += s));
-  const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-  return new Promise((resolve) =>
-    child.on("close", (status) => {
-      clearTimeout(timer);
-      resolve({ status, out });
-    })
-  );
+  const argv = ["run", "--quiet", "--no-config", "--no-lock", ...args, file];
+  return runCollecting("deno", argv, { env: { ...process.env, NO_COLOR: "1", ...env }, ms: 60_000 })
+    .then(({ status, out }) => ({ status, out }));
 }
 
 /** A host that runs echo on a pool of `runtime` workers (null: the default) and prints the pool's runtime. */
@@ -114,16 +104,9 @@ describe("a Deno host", () => {
     const check = (script: string) => {
       const file = join(scratch, `check-${Math.random().toString(36).slice(2)}.ts`);
       writeFileSync(file, script);
-      return new Promise<{ status: number | null; out: string }>((resolve) => {
-        const child = spawn("deno", ["check", "--quiet", "--no-config", "--no-lock", `--allow-import=${host}`, file], {
-          env: { ...process.env, NO_COLOR: "1", DENO_DIR: mkdtempSync(join(scratch, "deno-dir-")) },
-          stdio: ["ignore", "pipe", "pipe"],
-        });
-        let out = "";
-        child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
-        child.stderr.setEncoding("utf8").on("data", (s: string) => (out += s));
-        child.on("close", (status) => resolve({ status, out }));
-      });
+      const argv = ["check", "--quiet", "--no-config", "--no-lock", `--allow-import=${host}`, file];
+      const env = { ...process.env, NO_COLOR: "1", DENO_DIR: mkdtempSync(join(scratch, "deno-dir-")) };
+      return runCollecting("deno", argv, { env, ms: 60_000 });
     };
     const imports = `import { Command, Pool } from "${origin}/dist/mod.js";\n` +
       `import { execFile } from "${origin}/dist/node.js";\n`;

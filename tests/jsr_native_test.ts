@@ -26,6 +26,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { buildPlatformPackages, PLATFORM_TARGETS } from "../support/build_native.mjs";
 import { npmPack, type NpmRegistry, startNpmRegistry } from "../support/npm_registry.mjs";
+import { runCollecting } from "../support/run.mjs";
 import { HOST } from "./_helpers.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url).href);
@@ -93,22 +94,12 @@ describe("spawnpool from JSR on a Deno host, its native worker from npm", { skip
     writeFileSync(file, script);
     // The lower-case npm_config_registry that `npm test` exports would not be Deno's, but is dropped all the same.
     const { npm_config_registry: _npm, ...inherited } = process.env;
-    const child = spawn(process.execPath, ["run", "--quiet", "--no-lock", ...flags, file], {
-      cwd,
-      env: { ...inherited, NO_COLOR: "1", DENO_DIR: denoDir, NPM_CONFIG_REGISTRY: registry.url, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
+    const runEnv = { ...inherited, NO_COLOR: "1", DENO_DIR: denoDir, NPM_CONFIG_REGISTRY: registry.url, ...env };
+    const args = ["run", "--quiet", "--no-lock", ...flags, file];
+    return runCollecting(process.execPath, args, { cwd, env: runEnv, ms: 30_000 }).then(({ status, out }) => {
+      const line = out.trim().split("\n").pop() ?? "";
+      return { status, out, probe: line.startsWith("{") ? JSON.parse(line) : undefined };
     });
-    let out = "";
-    child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
-    child.stderr.setEncoding("utf8").on("data", (s: string) => (out += s));
-    const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-    return new Promise((resolve) =>
-      child.on("close", (status) => {
-        clearTimeout(timer);
-        const line = out.trim().split("\n").pop() ?? "";
-        resolve({ status, out, probe: line.startsWith("{") ? JSON.parse(line) : undefined });
-      })
-    );
   }
 
   /** Asserts that a host's pool ran `results` on `runtime` workers, and exited 0. */

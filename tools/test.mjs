@@ -5,10 +5,10 @@
 // native workers, and on pools that run commands in the host (`startInHost`); the JSDoc examples; a JSR publish dry run; and the npm package
 // installed into scratch Node and Bun apps. Setup builds the native worker first (support/build_native.mjs). Prints each
 // step's time, a total, and exits non-zero on any failure.
-import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { crossCompile } from "../support/build_native.mjs";
+import { runCollecting } from "../support/run.mjs";
 import { natsRequired, natsServerMissing, natsServerPath } from "../support/nats_server.mjs";
 import { emulatedTarget, ensureQemu, qemuRequired } from "../support/qemu_user.mjs";
 import { bin, ensureInstalled, root } from "../support/setup.mjs";
@@ -96,32 +96,6 @@ function halves(files) {
   return [files.filter((_, i) => i % 2 === 0), files.filter((_, i) => i % 2 === 1)];
 }
 
-/**
- * Runs `args` under `cmd` with `extraEnv`; resolves with its exit status and everything it wrote. A run that hangs is
- * killed (SIGKILL) after 20 minutes instead of holding CI forever.
- */
-function run(cmd, args, extraEnv) {
-  return new Promise((resolve) => {
-    const child = spawn(join(bin, cmd), args, {
-      cwd: root,
-      env: { ...env, ...extraEnv },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let output = "";
-    let error;
-    child.stdout.setEncoding("utf8").on("data", (chunk) => (output += chunk));
-    child.stderr.setEncoding("utf8").on("data", (chunk) => (output += chunk));
-    const timer = setTimeout(() => {
-      error = "killed after 20 minutes";
-      child.kill("SIGKILL");
-    }, 20 * 60_000);
-    child.on("error", (e) => (error = e.message));
-    child.on("close", (status) => {
-      clearTimeout(timer);
-      resolve({ status, output, error });
-    });
-  });
-}
 const steps = [
   { name: "deno fmt --check", cmd: "deno", args: ["fmt", "--check"] },
   { name: "deno lint", cmd: "deno", args: ["lint"] },
@@ -216,17 +190,23 @@ for (const step of steps) {
   const started = performance.now();
   // A step's shards (lists of files for one runner each) run at once; their outputs are printed one after the other.
   const shards = step.shards?.map((files) => [...step.args, ...files]) ?? [step.args];
-  const results = await Promise.all(shards.map((args) => run(step.cmd, args, step.env)));
+  // A step that hangs fails (and is killed) after 20 minutes instead of holding CI forever.
+  const results = await Promise.all(
+    shards.map((args) =>
+      runCollecting(join(bin, step.cmd), args, { cwd: root, env: { ...env, ...step.env }, ms: 20 * 60_000 })
+    ),
+  );
   const seconds = ((performance.now() - started) / 1000).toFixed(1);
   let ok = true;
   let counted = [0, 0];
   for (const [i, result] of results.entries()) {
     if (shards.length > 1) console.log(`--- shard ${i + 1} of ${shards.length}`);
-    process.stdout.write(result.output);
+    process.stdout.write(result.out);
     if (result.error) console.log(`${step.name}: ${result.error}`);
+    if (result.timedOut) console.log(`${step.name}: killed after 20 minutes`);
     ok &&= result.status === 0;
     if (!step.count) continue;
-    const m = result.output.match(step.count);
+    const m = result.out.match(step.count);
     if (!m) {
       counted = undefined;
       continue;
