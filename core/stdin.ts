@@ -4,6 +4,18 @@
  * @module
  */
 
+/**
+ * The bytes of a string (UTF-8), an ArrayBuffer or a view of one, as a view (no copy: `.slice()` it to keep it).
+ *
+ * @throws {TypeError} For anything else, naming `what` ("Stdin", "Terminal.write").
+ */
+export function bytesOf(chunk: unknown, what: string): Uint8Array {
+  if (typeof chunk === "string") return new TextEncoder().encode(chunk);
+  if (chunk instanceof ArrayBuffer) return new Uint8Array(chunk);
+  if (ArrayBuffer.isView(chunk)) return new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  throw new TypeError(`${what} accepts strings, ArrayBuffers and ArrayBuffer views`);
+}
+
 /** Where an execution's stdin comes from when it is not a writable stream the caller drives. */
 export type StdinSource = Uint8Array | ReadableStream<Uint8Array>;
 

@@ -7,6 +7,7 @@
  */
 
 import { encodeRawMode, encodeResize, type StdioMode, type WireTerminal } from "./frame.ts";
+import { bytesOf } from "./stdin.ts";
 import { CreditBatch, type OutputControls, type OutputSink, type OutputSinkFactory } from "./output_stream.ts";
 
 /** Options of a {@linkcode Terminal}, as Bun's `TerminalOptions`. */
@@ -71,14 +72,6 @@ function callOut<A extends unknown[]>(callback: ((...args: A) => void) | undefin
       throw error;
     });
   }
-}
-
-/** Bytes of what a terminal is given to write. */
-function toBytes(data: unknown): Uint8Array {
-  if (typeof data === "string") return new TextEncoder().encode(data);
-  if (data instanceof ArrayBuffer) return new Uint8Array(data.slice(0));
-  if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength).slice();
-  throw new TypeError("Terminal.write accepts a string, an ArrayBuffer or an ArrayBuffer view");
 }
 
 /**
@@ -168,7 +161,7 @@ export class Terminal {
    */
   write(data: string | ArrayBuffer | ArrayBufferView): number {
     if (this.#closed) throw new Error("Terminal is closed");
-    const bytes = toBytes(data);
+    const bytes = bytesOf(data, "Terminal.write").slice();
     const command = this.#command;
     if (command === undefined) this.#waiting.push(bytes);
     else this.#send(command, bytes);

@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { StdinSource } from "../core/stdin.ts";
+import { bytesOf, type StdinSource } from "../core/stdin.ts";
 import type { StdioMode } from "../core/frame.ts";
 import { stdioOption } from "../core/options.ts";
 
@@ -35,13 +35,6 @@ export interface PooledFileSink {
   flush(): Promise<number>;
   /** Flushes and closes stdin. */
   end(): Promise<number>;
-}
-
-function toBytes(chunk: string | ArrayBufferView | ArrayBuffer): Uint8Array {
-  if (typeof chunk === "string") return new TextEncoder().encode(chunk);
-  if (chunk instanceof ArrayBuffer) return new Uint8Array(chunk);
-  if (ArrayBuffer.isView(chunk)) return new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-  throw new TypeError("Stdin accepts strings, ArrayBuffers and ArrayBuffer views");
 }
 
 /** A file of the host's as Bun's `Bun.file(pathOrFd)` gives it: a Blob that can also be written. */
@@ -179,7 +172,7 @@ export function stdinSource(value: BunInput | undefined): { mode: StdioMode; sou
   if (value === "pipe") return { mode: "piped" };
   if (value === "inherit") return { mode: "inherit" };
   if (typeof value === "string" || value instanceof ArrayBuffer || ArrayBuffer.isView(value)) {
-    return { mode: "piped", source: toBytes(value).slice() };
+    return { mode: "piped", source: bytesOf(value, "Stdin").slice() };
   }
   if (value instanceof ReadableStream) return { mode: "piped", source: value };
   if (typeof Blob !== "undefined" && value instanceof Blob) return { mode: "piped", source: value.stream() };
@@ -199,7 +192,7 @@ export function fileSink(stdin: WritableStream<Uint8Array>): PooledFileSink {
   let pending = 0;
   return {
     write(chunk) {
-      const bytes = toBytes(chunk).slice();
+      const bytes = bytesOf(chunk, "Stdin").slice();
       pending += bytes.byteLength;
       queued = queued.then(() => writer.write(bytes));
       queued.catch(() => {});
