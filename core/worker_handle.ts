@@ -314,6 +314,13 @@ export class WorkerHandle implements RequestChannel {
 
   #shutdown(error: SpawnPoolError): void {
     if (this.#closed) return;
+    // A Spawned held to the end of its chunk (a shutdown from within the chunk: a frame that broke the protocol, a
+    // callback that closed the pool) is vouched for now, so that its command is among those killed below.
+    try {
+      this.#releaseSpawned();
+    } catch {
+      // a pid not believed is not killed
+    }
     this.#closed = error;
     this.#rejectHello(error);
     this.process.channel.close();
