@@ -6,7 +6,9 @@
  * @module
  */
 
-import { encodeRawMode, encodeResize, type StdioMode, type WireTerminal } from "./frame.ts";
+import { encodeRawMode, encodeResize, type SpawnRequest, type StdioMode, type WireTerminal } from "./frame.ts";
+import { Execution } from "./execution.ts";
+import type { Scheduler } from "./scheduler.ts";
 import { bytesOf } from "./stdin.ts";
 import { CreditBatch, type OutputControls, type OutputSink, type OutputSinkFactory } from "./output_stream.ts";
 
@@ -217,7 +219,7 @@ export class Terminal {
       command.endStdin();
       this.#release?.();
     }
-    this.#exit?.(this, 0, null);
+    callOut(this.#exit, this, 0, null);
   }
 
   /** Closes the terminal (`await using`). */
@@ -268,7 +270,7 @@ export class Terminal {
       this.#credits = undefined;
       if (this.#single && !this.#closed) {
         this.#closed = true;
-        this.#exit?.(this, failed ? 1 : 0, null);
+        callOut(this.#exit, this, failed ? 1 : 0, null);
       }
     };
     done.then(() => detach(false), () => detach(true));
@@ -302,7 +304,8 @@ export class Terminal {
 
   #send(command: TerminalCommand, bytes: Uint8Array): void {
     this.#pending++;
-    this.#writes = this.#writes.then(() => command.write(bytes)).catch(() => false).then(() => {
+    // Not sent once the terminal is closed: what was not written by then is dropped (close()).
+    this.#writes = this.#writes.then(() => this.#closed || command.write(bytes)).catch(() => false).then(() => {
       // Thrown into the chain of writes, its error would drop every later write.
       if (--this.#pending === 0 && !this.#closed) callOut(this.#drain, this);
     });
@@ -375,4 +378,19 @@ export function terminalRequest(
   if (env !== undefined) fields.env = env as Record<string, string>;
   if (term !== undefined && env?.TERM === undefined) fields.env = { ...env as Record<string, string>, TERM: term };
   return fields;
+}
+
+/**
+ * Starts `request` (built with {@linkcode terminalRequest}) on `terminal`: its output goes to the terminal, which is
+ * attached to the command until the request completes.
+ */
+export function runOnTerminal(
+  scheduler: Scheduler,
+  request: SpawnRequest,
+  terminal: Terminal,
+  signal?: AbortSignal,
+): Execution {
+  const execution = new Execution(scheduler, request, { output: terminal.output, signal });
+  terminal.attach(execution, execution.completed);
+  return execution;
 }

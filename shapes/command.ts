@@ -13,7 +13,7 @@ import type { ExceededLimit } from "../core/limits.ts";
 import { type ResourceUsage, resourceUsage } from "../core/usage.ts";
 import { buildRequest, type CommonOptions, stdioOption } from "../core/options.ts";
 import { exitStatusCode, signalName } from "../core/signals.ts";
-import { Terminal, terminalOf, type TerminalOptions, terminalRequest } from "../core/terminal.ts";
+import { runOnTerminal, Terminal, terminalOf, type TerminalOptions, terminalRequest } from "../core/terminal.ts";
 
 /** Options of a pooled command, as `Deno.CommandOptions` plus the pool's own. */
 export interface CommandOptions extends CommonOptions {
@@ -33,7 +33,8 @@ export interface CommandOptions extends CommonOptions {
    * Run the command on a pseudo-terminal (an extension: Bun's `terminal` option, which Deno lacks). Its stdin, stdout
    * and stderr are the terminal. With `spawn()`: a {@linkcode Terminal} or its options; write with
    * `child.terminal.write()`, read with its `data` callback (the child's `stdin`, `stdout` and `stderr` throw). With
-   * `output()`: terminal options without callbacks; what the terminal showed is `stdout` (`stderr` is empty). Native
+   * `output()`: terminal options without callbacks; what the terminal showed is `stdout` (`stderr` is empty), and nothing
+   * types into it, so a program that reads its input waits for ever there (give it a `timeout`, or use `spawn()`). Native
    * workers only (others fail with ENOTSUP).
    */
   terminal?: TerminalOptions | Terminal;
@@ -269,8 +270,9 @@ export class PoolCommand {
     const request = this.#request(true, terminal);
     throwIfCertainToFail(this.#scheduler, request);
     const { signal } = this.#options;
-    const execution = new Execution(this.#scheduler, request, { signal, output: terminal?.output });
-    terminal?.attach(execution, execution.completed);
+    const execution = terminal === undefined
+      ? new Execution(this.#scheduler, request, { signal })
+      : runOnTerminal(this.#scheduler, request, terminal, signal);
     return new PooledChildProcess(execution, terminal);
   }
 }

@@ -8,11 +8,11 @@
 import { Buffer } from "node:buffer";
 import process from "node:process";
 import { StringDecoder } from "node:string_decoder";
-import { Execution } from "../core/execution.ts";
+import type { Execution } from "../core/execution.ts";
 import type { Scheduler } from "../core/scheduler.ts";
 import { buildRequest } from "../core/options.ts";
 import { signalName, signalNumber } from "../core/signals.ts";
-import { Terminal, terminalRequest } from "../core/terminal.ts";
+import { runOnTerminal, Terminal, terminalRequest } from "../core/terminal.ts";
 
 /** node-pty's `IDisposable`. */
 export interface IDisposable {
@@ -204,9 +204,8 @@ class PooledPty implements IPty {
       queueMicrotask(() => this.#failed(failure.message));
       return;
     }
-    const execution = new Execution(scheduler, request, { output: this.#terminal.output });
+    const execution = runOnTerminal(scheduler, request, this.#terminal);
     this.#execution = execution;
-    this.#terminal.attach(execution, execution.completed);
     this.spawned = execution.spawned;
     execution.completed.then(({ info }) => {
       const signal = info.signal === null ? 0 : signalNumber(info.signal) ?? 0;

@@ -13,7 +13,7 @@ import type { ExceededLimit } from "../core/limits.ts";
 import { buildRequest, type CommonOptions, type RequestInput } from "../core/options.ts";
 import { type ResourceUsage, resourceUsage } from "../core/usage.ts";
 import { exitStatusCode, signalName } from "../core/signals.ts";
-import { type Terminal, terminalOf, type TerminalOptions, terminalRequest } from "../core/terminal.ts";
+import { runOnTerminal, type Terminal, terminalOf, type TerminalOptions, terminalRequest } from "../core/terminal.ts";
 import {
   type BunInput,
   type BunOutput,
@@ -191,8 +191,7 @@ export class PooledSubprocess {
   /** Starts the command on `terminal`: its stdio are the terminal's. */
   #start(scheduler: Scheduler, cmd: string[], options: SpawnOptions, terminal: Terminal): Execution {
     const request = bunRequest(scheduler, cmd, options, terminalRequest(terminal, options.env));
-    const execution = new Execution(scheduler, request, { output: terminal.output, signal: options.signal });
-    terminal.attach(execution, execution.completed);
+    const execution = runOnTerminal(scheduler, request, terminal, options.signal);
     return execution;
   }
 
