@@ -4,7 +4,8 @@ import { spawn } from "node:child_process";
 
 /**
  * Runs `cmd` with `args` (no stdin), stdout and stderr together in `out`; resolves with its exit status once it has
- * ended. A run past `ms` is killed with SIGKILL (`timedOut` then says so), so nothing waits on it for ever.
+ * ended. A run past `ms` is killed with SIGKILL (`timedOut` then says so), and resolves at most 5 s later even if what
+ * it started still holds its output open, so nothing waits on it for ever.
  *
  * @param {string} cmd
  * @param {string[]} args
@@ -19,14 +20,24 @@ export function runCollecting(cmd, args, { cwd, env, ms }) {
     let timedOut = false;
     child.stdout.setEncoding("utf8").on("data", (chunk) => (out += chunk));
     child.stderr.setEncoding("utf8").on("data", (chunk) => (out += chunk));
+    let done = false;
+    const finish = (status) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      resolve({ status, out, timedOut, error });
+    };
     const timer = setTimeout(() => {
       timedOut = true;
       child.kill("SIGKILL");
+      // A grandchild may hold the pipes: their end is not waited for past this.
+      setTimeout(() => {
+        child.stdout.destroy();
+        child.stderr.destroy();
+        finish(child.exitCode);
+      }, 5000).unref();
     }, ms);
     child.on("error", (e) => (error = e.message));
-    child.on("close", (status) => {
-      clearTimeout(timer);
-      resolve({ status, out, timedOut, error });
-    });
+    child.on("close", (status) => finish(status));
   });
 }
