@@ -64,16 +64,19 @@ export function socketChannel(socket: Socket, initial?: Uint8Array): ByteChannel
 
 /**
  * A channel over a socket that reads into one buffer it reuses (`net.connect`'s `onread`), so Node does
- * not allocate, shrink and later collect a buffer per read. Its chunks are lent
+ * not allocate, shrink and later collect a buffer per read, or straight into the rest of a large frame's payload
+ * ({@linkcode ChannelReceiver.readTarget}). Its chunks are lent
  * ({@linkcode ByteChannel.lendsChunks}). Pass `onread` to `net.connect`, then `attach` the socket.
  */
 export function lendingSocketChannel(): { onread: OnReadOpts; attach(socket: Socket): ByteChannel } {
   let receiver: ChannelReceiver | undefined;
   /** Copies of what arrived before `start`: the lent buffer is overwritten by the next read. */
   const early: Uint8Array[] = [];
+  const lent = new Uint8Array(LENDING_READ_BYTES);
   return {
     onread: {
-      buffer: new Uint8Array(LENDING_READ_BYTES),
+      // Asked before each read: the rest of a large frame is read straight into its payload (readTarget).
+      buffer: () => receiver?.readTarget?.() ?? lent,
       callback(bytes, buffer) {
         if (receiver !== undefined) receiver.data(buffer.subarray(0, bytes));
         else early.push(buffer.slice(0, bytes));

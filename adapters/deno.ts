@@ -51,9 +51,11 @@ function connChannel(conn: Deno.Conn, initial: Uint8Array): ByteChannel {
           if (initial.byteLength > 0) receiver.data(initial);
           const buffer = new Uint8Array(LENDING_READ_BYTES);
           while (true) {
-            const n = await conn.read(buffer);
+            // The rest of a large frame is read straight into its payload, not copied out of `buffer`.
+            const into = receiver.readTarget?.() ?? buffer;
+            const n = await conn.read(into);
             if (n === null) break;
-            receiver.data(buffer.subarray(0, n));
+            receiver.data(into.subarray(0, n));
           }
         } catch (error) {
           if (!closed) failure = error as Error;

@@ -23,6 +23,13 @@ export interface ChannelReceiver {
    * {@linkcode ByteChannel.lendsChunks | lends its chunks}.
    */
   data(chunk: Uint8Array): void;
+  /**
+   * Where the channel may read the next bytes instead of its own buffer: the rest of a large frame's payload, which a
+   * {@linkcode ChannelReceiver.data | data} chunk that is a view of it (from its start) then fills without a copy.
+   * Undefined when the next bytes should go to the channel's buffer. A channel that cannot read into a given buffer
+   * never calls it.
+   */
+  readTarget?(): Uint8Array | undefined;
   /** The channel closed; `error` says why when it was not an orderly end. */
   close(error?: Error): void;
 }

@@ -482,7 +482,28 @@ export class FrameDecoder {
     return this.#headFilled + (this.#payload === undefined ? 0 : HEADER_BYTES + this.#payloadFilled);
   }
 
-  /** Feeds bytes; throws {@linkcode ProtocolError} on a malformed frame. */
+  /**
+   * The request id of the frame whose payload is being assembled (its header arrived, not all of its payload), if any.
+   */
+  get pendingId(): number | undefined {
+    return this.#payload === undefined ? undefined : this.#id;
+  }
+
+  /**
+   * The unfilled rest of the payload being assembled when it is at least `min` bytes, for a channel to read into
+   * directly: a chunk that is a view of it (at its start) is then {@linkcode FrameDecoder.push | pushed} without a copy.
+   * Undefined between frames or for a shorter rest.
+   */
+  readTarget(min: number): Uint8Array | undefined {
+    const payload = this.#payload;
+    if (payload === undefined || payload.byteLength - this.#payloadFilled < min) return undefined;
+    return payload.subarray(this.#payloadFilled);
+  }
+
+  /**
+   * Feeds bytes; throws {@linkcode ProtocolError} on a malformed frame. A chunk may be a view of what
+   * {@linkcode FrameDecoder.readTarget} returned, filled in place.
+   */
   push(chunk: Uint8Array): void {
     let offset = 0;
     if (this.#headFilled > 0) {
@@ -497,7 +518,10 @@ export class FrameDecoder {
     if (this.#payload !== undefined) {
       const payload = this.#payload;
       const take = Math.min(payload.byteLength - this.#payloadFilled, chunk.byteLength - offset);
-      payload.set(chunk.subarray(offset, offset + take), this.#payloadFilled);
+      // Read into the payload itself (readTarget): the bytes are in place.
+      const inPlace = offset === 0 && chunk.buffer === payload.buffer &&
+        chunk.byteOffset === payload.byteOffset + this.#payloadFilled;
+      if (!inPlace) payload.set(chunk.subarray(offset, offset + take), this.#payloadFilled);
       this.#payloadFilled += take;
       offset += take;
       if (this.#payloadFilled < payload.byteLength) return;

@@ -27,10 +27,15 @@ const HELLO_TIMEOUT_MS = 30_000;
 /** Largest request id; ids run from 1 (0 is the channel's own) and then start over. */
 const MAX_REQUEST_ID = 0xffff_ffff;
 
-/** The host's handle on one worker process. */
 /** How long a dead worker's channel is still read for what the worker sent before it died. */
 const DEAD_CHANNEL_READ_MS = 20;
+/**
+ * The least rest of a frame's payload a channel is offered to read into directly (its receiver's `readTarget`):
+ * a shorter one is copied out of the channel's buffer, which may bring the frames after it in the same read.
+ */
+const DIRECT_READ_MIN_BYTES = 32 * 1024;
 
+/** The host's handle on one worker process. */
 export class WorkerHandle implements RequestChannel {
   /** The worker process. */
   readonly process: WorkerProcess;
@@ -115,6 +120,7 @@ export class WorkerHandle implements RequestChannel {
       this.#dispatch(type, id, payload, lent);
     }, { lent: process.channel.lendsChunks === true, allocate: process.channel.allocate });
     process.channel.start({
+      readTarget: () => decoder.readTarget(DIRECT_READ_MIN_BYTES),
       data: (chunk) => {
         let failure: unknown;
         try {
@@ -124,8 +130,9 @@ export class WorkerHandle implements RequestChannel {
         }
         try {
           // Also when the chunk broke the protocol: the commands it reported are known (and vouched for) before the
-          // shutdown kills what this worker leaves behind.
-          this.#releaseSpawned();
+          // shutdown kills what this worker leaves behind. A Spawned whose request's next frame has begun arriving
+          // (a large Exit split across reads) stays held for that frame, unless the chunk broke the protocol.
+          this.#releaseSpawned(failure === undefined ? decoder.pendingId : undefined);
         } catch (error) {
           failure ??= error;
         }
@@ -239,8 +246,8 @@ export class WorkerHandle implements RequestChannel {
   }
 
   /**
-   * Hands a frame to its request. A Spawned frame is held until the end of the chunk it came in, or until the next
-   * frame of its request: a request whose Exit came in the same chunk (a short command's, which the native worker
+   * Hands a frame to its request. A Spawned frame is held until the end of the chunk it came in (of the chunk that
+   * completes the next frame of its request, when that frame began in it), or until the next frame of its request: a request whose Exit came in the same chunk (a short command's, which the native worker
    * sends together) is complete, so nothing of its pid is kept to kill later and its vouch (a read of /proc, 10-230 µs
    * in the runtimes: the first read of a new pid's entry is the dear one) is skipped; it is still checked as any pid
    * (deliverFrame). Every other Spawned is vouched for before its request hears of its pid, as before.
@@ -260,11 +267,20 @@ export class WorkerHandle implements RequestChannel {
     this.#deliver(type, id, payload, lent, true);
   }
 
-  /** Delivers the Spawned frames still held (see {@linkcode WorkerHandle.#dispatch}), each vouched for. */
-  #releaseSpawned(): void {
+  /**
+   * Delivers the Spawned frames still held (see {@linkcode WorkerHandle.#dispatch}), each vouched for; but the one of
+   * request `keep`, whose next frame is partly read (it is delivered with that frame, or vouched for on a shutdown).
+   */
+  #releaseSpawned(keep?: number): void {
     if (this.#heldSpawned.size === 0) return;
+    const kept = keep === undefined ? undefined : this.#heldSpawned.get(keep);
     const held = [...this.#heldSpawned];
     this.#heldSpawned.clear();
+    if (kept !== undefined) {
+      this.#heldSpawned.set(keep!, kept);
+      if (held.length === 1) return;
+      held.splice(held.findIndex(([id]) => id === keep), 1);
+    }
     let failure: unknown;
     for (const [id, payload] of held) {
       try {

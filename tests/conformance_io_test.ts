@@ -218,6 +218,19 @@ await forEachWorker("stdio, arguments, environment and output", (pool, runtime, 
     }
   });
 
+  it("30 outputs of 200 KB at once arrive intact, each in memory of its own", async () => {
+    // Larger than a channel read's buffer in parts: frames that span reads, read in part straight into their payloads.
+    const data = new Uint8Array(200 * 1024 + 77).map((_, i) => (i * 13 + (i >> 9)) & 0xff);
+    const file = join(scratch, "two-hundred-kb.bin");
+    writeFileSync(file, data);
+    const outs = await Promise.all(Array.from({ length: 30 }, () => pool.command("cat", { args: [file] }).output()));
+    for (const [i, out] of outs.entries()) assert.ok(Buffer.from(out.stdout).equals(data), `output ${i}`);
+    for (const out of outs) out.stdout.fill(0); // no output shares bytes with another
+    assert.ok(outs.every((out) => out.stdout.byteLength === data.byteLength && out.stdout.every((b) => b === 0)));
+    const again = await pool.command("cat", { args: [file] }).output();
+    assert.ok(Buffer.from(again.stdout).equals(data), "nor with the channel's buffer or a later output");
+  });
+
   it("streams 100 MB of output through, in order", async () => {
     const total = 100 * 1024 * 1024;
     const line = "0123456789abcde\n"; // 16 bytes

@@ -7,7 +7,9 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { Socket } from "node:net";
 import { describe, it } from "node:test";
+import { connectedPair } from "../adapters/_net_listener.ts";
 import { allocateUnzeroed, lendingSocketChannel, socketChannel } from "../adapters/_socket_channel.ts";
+import { LENDING_READ_BYTES } from "../core/adapter.ts";
 import {
   concatBytes,
   decodeExit,
@@ -89,6 +91,74 @@ describe("frame decoder fuzz", () => {
     assert.equal(decoder.buffered, 0);
     assert.ok(assembled > 0, "frames split across chunks are delivered in the buffers allocated for them");
     assert.equal(allocateUnzeroed(1000).buffer.byteLength, 1000, "a buffer of its own, not a pool's slice");
+  });
+
+  it("a payload's rest read straight into readTarget is taken in place, at every split", () => {
+    const next = random(19);
+    const payload = randomBytes(next, 3000);
+    const whole = concatBytes([frame(Frame.Stdout, 7, payload), frame(Frame.Stdout, 8, randomBytes(next, 10))]);
+    const first = whole.byteLength - 10 - 9;
+    for (let at = 0; at < first; at++) {
+      const seen: Array<[number, Uint8Array]> = [];
+      let target: Uint8Array | undefined;
+      const decoder = new FrameDecoder((_type, id, bytes) => void seen.push([id, bytes]), { lent: true });
+      decoder.push(whole.slice(0, at));
+      assert.equal(decoder.pendingId, at >= 9 ? 7 : undefined);
+      let offset = at;
+      let targetBuffer: ArrayBufferLike | undefined;
+      while ((target = decoder.readTarget(1)) !== undefined) {
+        targetBuffer = target.buffer;
+        // What a channel does: read at most the rest into the target, then push the view of what it read.
+        const n = Math.min(target.byteLength, 1 + Math.floor(next() * 1200));
+        target.set(whole.subarray(offset, offset + n));
+        decoder.push(target.subarray(0, n));
+        offset += n;
+      }
+      decoder.push(whole.slice(offset));
+      assert.deepEqual(seen.map(([id]) => id), [7, 8], `split at ${at}`);
+      assert.deepEqual(seen[0][1], payload, `split at ${at}`);
+      if (at >= 9) assert.equal(seen[0][1].buffer, targetBuffer, "delivered in the memory it was read into");
+      assert.equal(decoder.readTarget(1), undefined, "nothing pending between frames");
+    }
+    const decoder = new FrameDecoder(() => {});
+    decoder.push(whole.subarray(0, 100));
+    assert.equal(decoder.readTarget(payload.byteLength - 90), undefined, "a rest shorter than asked is not offered");
+    assert.equal(decoder.readTarget(payload.byteLength - 91)?.byteLength, payload.byteLength - 91);
+  });
+
+  it("a lending socket channel reads large frames' rests into their payloads, over a real socket", async () => {
+    const next = random(23);
+    const payloads = [300_000, 5, 1_200_000, 70_000, 0, 40_000, 2_000_000, 12].map((n) => randomBytes(next, n));
+    const lending = lendingSocketChannel();
+    const { host, worker } = await connectedPair(lending.onread);
+    const channel = lending.attach(host);
+    const kept: Uint8Array[] = [];
+    const decoder = new FrameDecoder((_type, _id, payload, lent) => void kept.push(keepBytes(payload, lent)), {
+      lent: true,
+      allocate: channel.allocate,
+    });
+    let direct = 0;
+    const closed = new Promise<void>((resolve) => {
+      channel.start({
+        readTarget: () => decoder.readTarget(32 * 1024),
+        data(chunk) {
+          if (chunk.buffer.byteLength !== LENDING_READ_BYTES) direct++;
+          decoder.push(chunk);
+        },
+        close: () => resolve(),
+      });
+    });
+    const all = concatBytes(payloads.map((payload, i) => frame(Frame.Stdout, i + 1, payload)));
+    for (let offset = 0; offset < all.byteLength;) {
+      const size = 1 + Math.floor(next() * 400_000);
+      await new Promise((resolve) => worker.write(all.subarray(offset, offset + size), resolve));
+      offset += size;
+    }
+    worker.end();
+    await closed;
+    assert.equal(kept.length, payloads.length);
+    kept.forEach((bytes, i) => assert.ok(Buffer.from(bytes).equals(payloads[i]), `payload ${i}`));
+    assert.ok(direct > 0, "some reads went straight into a payload");
   });
 
   it("node:net channels allocate unzeroed payload buffers", () => {

@@ -244,6 +244,34 @@ describe("a Spawned frame's pid, vouched for once per chunk (core/worker_handle.
     await execution.completed;
     assert.equal(worker.inFlight, 0);
   });
+  it("a Spawned followed by the start of its Exit stays held until the Exit is whole, at every split", async () => {
+    const header = 9;
+    let splits = 0;
+    for (let at = header; at < (await handle()).exit.byteLength; at++) {
+      const { push, vouched, execution, exit, closed } = await handle();
+      push(concatBytes([frame(Frame.Spawned, execution.id, encodeU32(4242)), exit.subarray(0, at)]));
+      assert.equal(execution.pid, undefined, "held while its Exit arrives");
+      push(exit.subarray(at));
+      await execution.completed;
+      assert.deepEqual([vouched, execution.pid, closed()], [[], 4242, undefined], `split at ${at}`);
+      splits++;
+    }
+    assert.ok(splits > 10);
+  });
+  it("a Spawned held for its Exit, when the worker dies before the Exit is whole: vouched for, its command killed", async () => {
+    const { push, vouched, orphans, execution, exit, worker } = await handle();
+    push(concatBytes([frame(Frame.Spawned, execution.id, encodeU32(779)), exit.subarray(0, 12)]));
+    assert.deepEqual(vouched, []);
+    worker.close(new SpawnPoolError("ERR_WORKER_DIED", "gone"));
+    assert.deepEqual([vouched, orphans], [[779], [779]]);
+    await assert.rejects(execution.completed, (error: SpawnPoolError) => error.code === "ERR_WORKER_DIED");
+  });
+  it("a Spawned of another request than the frame the chunk ends in is vouched for at the chunk's end", async () => {
+    const { push, vouched, execution, closed } = await handle();
+    const partOfAnother = frame(Frame.Exit, execution.id + 1000, new Uint8Array(64)).subarray(0, 20);
+    push(concatBytes([frame(Frame.Spawned, execution.id, encodeU32(780)), partOfAnother]));
+    assert.deepEqual([vouched, execution.pid, closed()], [[780], 780, undefined]);
+  });
   it("a chunk that breaks the protocol after a Spawned: that command is known (vouched) when the worker's orphans die", async () => {
     const { push, vouched, orphans, execution, closed } = await handle();
     push(concatBytes([frame(Frame.Spawned, execution.id, encodeU32(778)), frame(99, execution.id, new Uint8Array(0))]));
