@@ -247,10 +247,11 @@ export class WorkerHandle implements RequestChannel {
 
   /**
    * Hands a frame to its request. A Spawned frame is held until the end of the chunk it came in (of the chunk that
-   * completes the next frame of its request, when that frame began in it), or until the next frame of its request: a request whose Exit came in the same chunk (a short command's, which the native worker
-   * sends together) is complete, so nothing of its pid is kept to kill later and its vouch (a read of /proc, 10-230 µs
-   * in the runtimes: the first read of a new pid's entry is the dear one) is skipped; it is still checked as any pid
-   * (deliverFrame). Every other Spawned is vouched for before its request hears of its pid, as before.
+   * completes the next frame of its request, when that frame began in it), or until the next frame of its request: a
+   * request whose Exit came in the same chunk (a short command's, which the native worker sends together, or a large
+   * Exit that began in it) is complete, so nothing of its pid is kept to kill later and its vouch (a read of /proc,
+   * 10-230 µs in the runtimes: the first read of a new pid's entry is the dear one) is skipped; it is still checked as
+   * any pid (deliverFrame). Every other Spawned is vouched for before its request hears of its pid, as before.
    */
   #dispatch(type: number, id: number, payload: Uint8Array, lent: boolean): void {
     if (this.#heldSpawned.size > 0) {

@@ -246,8 +246,9 @@ describe("a Spawned frame's pid, vouched for once per chunk (core/worker_handle.
   });
   it("a Spawned followed by the start of its Exit stays held until the Exit is whole, at every split", async () => {
     const header = 9;
+    const length = (await handle()).exit.byteLength;
     let splits = 0;
-    for (let at = header; at < (await handle()).exit.byteLength; at++) {
+    for (let at = header; at < length; at++) {
       const { push, vouched, execution, exit, closed } = await handle();
       push(concatBytes([frame(Frame.Spawned, execution.id, encodeU32(4242)), exit.subarray(0, at)]));
       assert.equal(execution.pid, undefined, "held while its Exit arrives");
