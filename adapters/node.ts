@@ -16,23 +16,23 @@ import { system } from "./_system.ts";
 /**
  * The modules that only starting a worker or a command needs, loaded by the first of them rather than with this
  * adapter: every host imports it (a Node worker's arguments come from here), and a Bun or Deno host that never starts
- * a Node worker would otherwise load node:child_process and node:net for nothing (on Bun about half of spawnpool's
- * module load: bench/cold_start.mjs).
+ * a Node worker would otherwise load node:child_process for nothing (on Bun about half of spawnpool's module load:
+ * bench/cold_start.mjs). `node:net` is a Node worker's alone (its fd 3, `connectToHost`): a host's workers get their
+ * sockets from node:child_process and the listener module, and Node's ES module of `node:net` costs a host's first
+ * command 0.3-0.5 ms (bench/first_use.mjs).
  */
 interface Modules {
   childProcess: typeof import("node:child_process");
-  net: typeof import("node:net");
   channels: typeof import("./_socket_channel.ts");
 }
 let modules: Modules | undefined;
 
 async function loadModules(): Promise<Modules> {
-  const [childProcess, net, channels] = await Promise.all([
+  const [childProcess, channels] = await Promise.all([
     import("node:child_process"),
-    import("node:net"),
     import("./_socket_channel.ts"),
   ]);
-  modules = { childProcess, net, channels };
+  modules = { childProcess, channels };
   return modules;
 }
 
@@ -173,11 +173,12 @@ export const nodeAdapter: Adapter = {
   },
 
   async connectToHost(kind) {
-    const { net, channels } = modules ?? await loadModules();
+    const loading = modules ?? loadModules();
     if (kind === "unix") {
-      const [unix, listener] = await loadUnix();
+      const [[unix, listener]] = await Promise.all([loadUnix(), loading]);
       return unix.connectFromBootstrap(listener.openSocketChannel);
     }
+    const [{ channels }, net] = await Promise.all([loading, import("node:net")]);
     return channels.socketChannel(new net.Socket({ fd: 3, readable: true, writable: true }));
   },
 

@@ -8,13 +8,17 @@
 //   `AbortSignal.timeout`; a failing `Deno.statSync` followed by one that finds its file, against the second alone;
 // - Bun: loading `node:fs` (what a `stat` needs) against a `Bun.which` in one directory;
 // - Node: making a connected socket pair through a private listener (`connectedPair`, how a Node host's later workers
-//   get their channel) the first and the second time in a process.
+//   get their channel) the first and the second time in a process; importing `node:net` once `node:child_process` is
+//   loaded (what a host's first worker no longer imports);
+// - Deno: the first `Deno.permissions.querySync`, and the first write through a child's stdin (a web stream: how the
+//   bootstrap line reaches a Deno host's worker);
+// - Bun: spawnpool's main chunk parsed but not run (its text in a function never called) against importing it.
 //
 // Run: `node bench/first_use.mjs` (it builds dist/). Options (env): BENCH_ROUNDS (default 21), BENCH_OTHER (another
 // checkout, its dist/ built: its bundle's rows beside this one's, "(other)", for a before/after). Writes the table to
 // stdout.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -50,6 +54,17 @@ const listener = (from) =>
     ),
   )).href;
 const nativeWorker = join(root, "dist", "native", `spawnpool-worker-${process.platform}-${process.arch}`);
+/**
+ * spawnpool's main chunk (the one dist/mod.js imports) as a module that only parses it: its text, exports left out,
+ * inside a function nothing calls.
+ */
+const parsedOnly = join(scratch, "parsed_only.mjs");
+{
+  const chunk = /from "\.\/lib\/([^"]+)"/.exec(readFileSync(join(root, "dist", "mod.js"), "utf8"))[1];
+  const text = readFileSync(join(root, "dist", "lib", chunk), "utf8").replace(/^export \{[^}]*\};?\s*$/m, "");
+  if (/^import /m.test(text)) throw new Error(`${chunk} has static imports: it cannot be parsed alone`);
+  writeFileSync(parsedOnly, `function neverCalled() {\n${text}\n}\nexport { neverCalled };\n`);
+}
 
 const probes = [];
 for (const host of Object.keys(hosts)) {
@@ -98,6 +113,26 @@ probes.push(
     script: timed(`Deno.statSync(${JSON.stringify(nativeWorker)});`),
   },
   {
+    host: "deno",
+    name: "first Deno.permissions.querySync",
+    script: timed(`Deno.permissions.querySync({ name: "read" });`),
+  },
+  {
+    host: "deno",
+    name: "first write through a child's stdin (get a writer, write a line, close)",
+    script: `const child = new Deno.Command("head", { args: ["-c", "1"], stdin: "piped", stdout: "null" }).spawn();\n` +
+      timed(
+        "const writer = child.stdin.getWriter();\n" +
+          `await writer.write(new TextEncoder().encode(${JSON.stringify(`${"x".repeat(120)}\n`)}));\n` +
+          "await writer.close();",
+      ) + "await child.status;\n",
+  },
+  {
+    host: "bun",
+    name: "spawnpool's main chunk, parsed only (never run)",
+    script: timed(`await import(${JSON.stringify(parsedOnly)});`),
+  },
+  {
     host: "bun",
     name: "load node:fs (process.getBuiltinModule)",
     script: timed(`process.getBuiltinModule("node:fs");`),
@@ -118,6 +153,11 @@ probes.push(
       (which === "second" ? "{ const p = await connectedPair(onread); p.host.destroy(); p.worker.destroy(); }\n" : "") +
       timed("const pair = await connectedPair(onread);") + "pair.host.destroy(); pair.worker.destroy();\n",
   })),
+  {
+    host: "node",
+    name: "import node:net once node:child_process is loaded",
+    script: `await import("node:child_process");\n` + timed(`await import("node:net");`),
+  },
 );
 
 for (const [i, probe] of probes.entries()) {
