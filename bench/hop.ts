@@ -2,7 +2,9 @@
  * Where one command's latency goes at one in flight, on the host running it: the runtime's own spawn of `echo hi`, the
  * pool's (default pool: native workers), and the pool's round trip without an exec (a relative cwd that does not exist:
  * host → worker → a vfork child whose chdir fails → SpawnError → host). The pooled echo minus the round trip is what the
- * exec and the command's run cost through the worker; the runtime's own spawn is the bar.
+ * exec and the command's run cost through the worker; the runtime's own spawn is the bar. With a C compiler (`cc`), each
+ * round also runs bench/reference/spawn_loop.c at one in flight (`posix_spawnp`, a pipe read to its end, `waitpid`):
+ * the least a command takes on this machine from a caller that waits for it, in the same minute.
  *
  * Prints p50 and p90 in ms of each, over interleaved rounds (each round runs every case in turn, BENCH_SPAWNS each,
  * default 300; BENCH_ROUNDS, default 5), and the pool's p50 over the runtime's.
@@ -12,7 +14,12 @@
  * @module
  */
 
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import process from "node:process";
+import { fileURLToPath } from "node:url";
 import { Pool } from "../mod.ts";
 import { countOf, median } from "../support/fixture.mjs";
 import { HOST, nativeOutput } from "./_spawners.ts";
@@ -49,9 +56,34 @@ const cases: Array<[string, () => Promise<void>, number[]]> = [
   ["pool round trip: vfork, no exec", roundTrip, []],
 ];
 
+/** bench/reference/spawn_loop.c, built into a scratch directory; undefined without a C compiler. */
+function buildFloor(): string | undefined {
+  const dir = mkdtempSync(join(tmpdir(), "spawnpool-hop-"));
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  const exe = join(dir, "spawn_loop");
+  try {
+    const source = fileURLToPath(new URL("reference/spawn_loop.c", import.meta.url).href);
+    execFileSync("cc", ["-O2", "-o", exe, source], { stdio: "ignore" });
+    return exe;
+  } catch {
+    return undefined;
+  }
+}
+
+const floorExe = buildFloor();
+/** The C loop's p50 and p90 per round, in ms. */
+const floor: Array<{ p50Ms: number; p90Ms: number }> = [];
+/** One round of the C loop: SPAWNS echos, one in flight, each output read to its end. */
+function floorRound(): void {
+  if (floorExe === undefined) return;
+  const out = execFileSync(floorExe, ["--collect", String(SPAWNS), "1", "echo", "hi"], { encoding: "utf8" });
+  floor.push(JSON.parse(out));
+}
+
 await pool.ready();
 for (const [, run] of cases) for (let i = 0; i < 20; i++) await run(); // warm up
 for (let r = 0; r < ROUNDS; r++) {
+  if (r % 2 === 0) floorRound(); // before the round's cases, or after them: neither is always next to the same case
   for (let c = 0; c < cases.length; c++) {
     const [, run, times] = cases[(r + c) % cases.length];
     for (let i = 0; i < SPAWNS; i++) {
@@ -60,6 +92,7 @@ for (let r = 0; r < ROUNDS; r++) {
       times.push(performance.now() - t0);
     }
   }
+  if (r % 2 === 1) floorRound();
 }
 await pool.close();
 
@@ -70,10 +103,22 @@ console.log("| --- | ---: | ---: |");
 for (const [name, , times] of cases) {
   console.log(`| ${name} | ${pct(times, 0.5).toFixed(3)} | ${pct(times, 0.9).toFixed(3)} |`);
 }
+const floorP50 = floor.length > 0 ? median(floor.map((f) => f.p50Ms)) : undefined;
+if (floorP50 !== undefined) {
+  const p90 = median(floor.map((f) => f.p90Ms));
+  console.log(`| C: posix_spawnp, pipe, waitpid (median of rounds) | ${floorP50.toFixed(3)} | ${p90.toFixed(3)} |`);
+}
 const [own, echo, trip] = cases.map(([, , times]) => median(times));
 console.log(
   `pool's speed over the runtime's own (p50): ${
     (own / echo).toFixed(2)
   }x; the exec through the worker (echo - round trip): ${(echo - trip).toFixed(3)} ms`,
 );
+if (floorP50 !== undefined) {
+  console.log(
+    `over the C loop's p50: ${HOST}'s own spawn +${(own - floorP50).toFixed(3)} ms, the pool +${
+      (echo - floorP50).toFixed(3)
+    } ms; the most a pool could be over the runtime's own here: ${(own / floorP50).toFixed(2)}x`,
+  );
+}
 process.exitCode = 0;

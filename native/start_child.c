@@ -56,9 +56,10 @@ static enum { VFORK_UNKNOWN, VFORK_SHARES, VFORK_COPIES } vfork_memory = VFORK_U
 
 /* What the vfork child tells the worker: through shared memory where vfork shares it, else through `pipe_fd`. */
 struct vfork_report {
-  int ran;     /* set first thing by the child: seen by the worker only if the memory is shared */
-  int failed;  /* the errno of a failed start */
-  int pipe_fd; /* the pipe's write end, or -1 */
+  int ran;      /* set first thing by the child: seen by the worker only if the memory is shared */
+  int failed;   /* the errno of a failed start */
+  int pipe_fd;  /* the pipe's write end, or -1 */
+  pid_t parent; /* the worker: the child's parent until the worker dies */
 };
 
 /*
@@ -111,6 +112,15 @@ __attribute__((noinline)) _Noreturn static void exec_child(const struct child_pl
     if (setrlimit(plan->limit_resource[i], &plan->limit[i]) < 0) goto fail;
   }
 #ifdef __linux__
+  /*
+   * Killed by the kernel if the worker dies, as the host would kill it (SPAWNED_HOLD_US); a detached command outlives
+   * its worker. Set after the ids, whose change clears it (as the exec of a set-user-ID program does: such a command is
+   * left to the host). A worker that died before this is no longer the parent.
+   */
+  if (!plan->detached && (prctl(PR_SET_PDEATHSIG, (unsigned long)SIGKILL, 0UL, 0UL, 0UL) < 0 ||
+                          getppid() != report->parent)) {
+    goto fail;
+  }
   if (plan->subreaper && prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) < 0) goto fail;
 #endif
   sigset_t none;
@@ -143,7 +153,7 @@ static pid_t vfork_exec(const struct child_plan *plan, int *err) {
     }
     report_pipe[0] = report_pipe[1] = -1;
   }
-  volatile struct vfork_report report = {.ran = 0, .failed = 0, .pipe_fd = report_pipe[1]};
+  volatile struct vfork_report report = {.ran = 0, .failed = 0, .pipe_fd = report_pipe[1], .parent = getpid()};
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old); /* no handler of the worker's may run in the child */

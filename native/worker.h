@@ -86,9 +86,16 @@ enum { TERMINAL_RESIZE = 1, TERMINAL_RAW = 2 };
 /*
  * How long a buffered command's Spawned frame may wait to go out with its Exit (send_spawned): a short command's whole
  * answer then reaches the host in one write and one wake-up, not two, and the host skips its check of a pid it will
- * never signal (core/worker_handle.ts). Nothing of a buffered request shows its pid to a user.
+ * never signal (core/worker_handle.ts: a read of /proc, a tenth of a busy host's time). Nothing of a buffered request
+ * shows its pid to a user. The host ends the commands of a worker that died by the pids it was told of; on Linux the
+ * kernel also kills each command that is not detached when its worker dies (PR_SET_PDEATHSIG, start_child.c), so the
+ * hold can cover most commands of a busy pool; elsewhere a command is told of within 2 ms.
  */
+#ifdef __linux__
+#define SPAWNED_HOLD_US (50 * 1000)
+#else
 #define SPAWNED_HOLD_US (2 * 1000)
+#endif
 /* After the exit, streamed output may run this many windows ahead of credit (core/frame.ts EXIT_TAIL_WINDOWS). */
 #define EXIT_TAIL_WINDOWS 2
 /* A released socket is closed once its writer has written nothing for LINGER_STILL_US and is blocked on a full socket,

@@ -17,7 +17,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { describe, it } from "node:test";
 import { decodeExit, decodeJson, Frame, FrameDecoder, type SpawnRequest } from "../core/frame.ts";
-import { alive, frame, HOST, withTimeout } from "./_helpers.ts";
+import { alive, childPids, frame, HOST, survivors, withTimeout } from "./_helpers.ts";
 import { cpuMillis } from "../support/proc.ts";
 import {
   ASAN_WORKER,
@@ -73,12 +73,48 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
         assert.deepEqual(order(1), [Frame.Spawned, Frame.Exit]);
         assert.deepEqual(order(2), [Frame.Spawned, Frame.Exit]);
         assert.equal(order(3)[0], Frame.Spawned);
-        // `sleep 0.5` is told of within the hold (2 ms) and a loop turn, long before its end, under ASan on a busy machine.
+        // `sleep 0.5` is told of within the hold (SPAWNED_HOLD_US, 50 ms on Linux) and a loop turn, long before its end, under ASan on a busy machine.
         const spawned = at.get(`${Frame.Spawned}:2`)!, exited = at.get(`${Frame.Exit}:2`)!;
         assert.ok(spawned < 250 && exited - spawned > 250, `Spawned at ${spawned} ms, Exit at ${exited} ms`);
       });
     }
   });
+  it(
+    "a worker that dies takes its commands with it, before the host knew of them (PR_SET_PDEATHSIG), but no detached one",
+    {
+      skip: process.platform !== "linux" && "PR_SET_PDEATHSIG is Linux's",
+    },
+    async () => {
+      const worker = await startWorker();
+      const started: number[] = [];
+      try {
+        // A buffered command, whose Spawned the worker holds (SPAWNED_HOLD_US): nothing has told this "host" its pid.
+        worker.channel.write([
+          spawnFrame(1, { cmd: "sleep", args: ["30"] }),
+          spawnFrame(2, { cmd: "sleep", args: ["31"], detached: true }),
+        ]);
+        const deadline = performance.now() + 10_000;
+        const byArgument = new Map<string, number>();
+        while (byArgument.size < 2) {
+          assert.ok(performance.now() < deadline, "the worker's two commands did not start");
+          for (const pid of childPids(worker.pid)) {
+            const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+            if (argv[0] === "sleep") byArgument.set(argv[1], pid);
+          }
+          await new Promise((resolve) => setTimeout(resolve, 1));
+        }
+        const [held, detached] = [byArgument.get("30")!, byArgument.get("31")!];
+        started.push(held, detached);
+        worker.kill();
+        await worker.exited;
+        assert.deepEqual(await survivors([held], 5000), [], "the command outlived its worker");
+        assert.ok(alive(detached), "the detached command died with its worker");
+      } finally {
+        worker.kill();
+        for (const pid of started) if (alive(pid)) process.kill(pid, "SIGKILL");
+      }
+    },
+  );
   it("with too few fds for a pidfd each (EMFILE), every command is still reaped: SIGCHLD is the backstop", async () => {
     await withWorker(
       "60 commands at 40 fds",

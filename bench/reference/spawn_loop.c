@@ -9,6 +9,10 @@
  * this process reads to its end (with poll, into one buffer it reuses) before it counts the
  * command done: the least any spawner that returns a command's output must do.
  *
+ * It also prints each command's latency (from its posix_spawnp to its exit and, with --collect, the end of its
+ * output), median and 90th percentile: at K = 1, the least a command can take on this machine from a caller that
+ * waits for it (bench/hop.ts sets it beside each runtime's own spawn and the pool's).
+ *
  * Usage: spawn_loop [--collect] N K command [args...]
  */
 #define _GNU_SOURCE /* pipe2 */
@@ -30,12 +34,22 @@ extern char **environ;
 
 static double micros(struct timeval t) { return t.tv_sec * 1e6 + t.tv_usec; }
 
+static double ms_between(struct timespec a, struct timespec b) {
+  return (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
+}
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 /* A slot for a command in flight: its pid (0 once reaped) and the read end of its stdout (-1 once at EOF or
  * without --collect); it is free again when both are done. */
 struct command {
   int busy;
   pid_t pid;
   int fd;
+  struct timespec started;
 };
 
 static int check_status(int status, const char *name) {
@@ -66,7 +80,12 @@ int main(int argc, char **argv) {
   int slot_of[MAX_IN_FLIGHT];
   static char buffer[65536];
   long long bytes = 0;
-  for (int i = 0; i < in_flight; i++) commands[i] = (struct command){0, 0, -1};
+  for (int i = 0; i < in_flight; i++) commands[i] = (struct command){0, 0, -1, {0, 0}};
+  double *latencies = malloc(sizeof(double) * (size_t)total);
+  if (latencies == NULL) {
+    perror("malloc");
+    return 1;
+  }
 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -86,6 +105,8 @@ int main(int argc, char **argv) {
       } else {
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
       }
+      struct timespec begun;
+      clock_gettime(CLOCK_MONOTONIC, &begun);
       pid_t pid;
       int error = posix_spawnp(&pid, argv[3], &actions, NULL, argv + 3, environ);
       posix_spawn_file_actions_destroy(&actions);
@@ -94,7 +115,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "posix_spawnp %s: %s\n", argv[3], strerror(error));
         return 1;
       }
-      commands[i] = (struct command){1, pid, pipe_fds[0]};
+      commands[i] = (struct command){1, pid, pipe_fds[0], begun};
       started++;
     }
     /* Read what the commands wrote; with nothing left to read, wait for one to exit. */
@@ -134,11 +155,13 @@ int main(int argc, char **argv) {
       perror("waitpid");
       return 1;
     }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
     for (int i = 0; i < in_flight; i++) {
       struct command *c = &commands[i];
       if (c->busy && c->pid == 0 && c->fd == -1) {
         c->busy = 0;
-        done++;
+        latencies[done++] = ms_between(c->started, now);
       }
     }
   }
@@ -147,8 +170,11 @@ int main(int argc, char **argv) {
   getrusage(RUSAGE_SELF, &self);
   getrusage(RUSAGE_CHILDREN, &children);
   double seconds = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-  printf("{\"perSec\":%.0f,\"selfUs\":%.0f,\"commandsUs\":%.0f,\"bytesPerSpawn\":%.0f}\n", total / seconds,
-         (micros(self.ru_utime) + micros(self.ru_stime)) / total,
-         (micros(children.ru_utime) + micros(children.ru_stime)) / total, (double)bytes / total);
+  qsort(latencies, (size_t)total, sizeof(double), by_value);
+  printf("{\"perSec\":%.0f,\"selfUs\":%.0f,\"commandsUs\":%.0f,\"bytesPerSpawn\":%.0f,\"p50Ms\":%.3f,\"p90Ms\":%.3f}\n",
+         total / seconds, (micros(self.ru_utime) + micros(self.ru_stime)) / total,
+         (micros(children.ru_utime) + micros(children.ru_stime)) / total, (double)bytes / total,
+         latencies[total / 2], latencies[(int)(total * 0.9)]);
+  free(latencies);
   return 0;
 }
