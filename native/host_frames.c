@@ -196,7 +196,9 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t len) {
     return;
   }
   /* A buffered command without stdin from the host hears nothing from the worker before its end: its Spawned may wait. */
-  if (job->buffered && !job->piped[0]) job->spawned_at = now_us() + SPAWNED_HOLD_US;
+  if (job->buffered && !job->piped[0]) {
+    job->spawned_at = now_us() + (job_dies_with_worker(job) ? SPAWNED_HOLD_DIES_WITH_WORKER_US : SPAWNED_HOLD_US);
+  }
   else send_spawned(job);
   track_job(job);
   for (int fd = 1; fd <= 2; fd++) {

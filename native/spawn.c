@@ -258,6 +258,7 @@ void start_job(struct job *job, const struct json_doc *doc) {
   plan.uid = uid ? (uid_t)uid->number : 0;
   plan.gid = gid ? (gid_t)gid->number : 0;
   plan.subreaper = job->kill_tree && !cgroup_enabled(); /* in a leaf, the leaf holds its whole tree */
+  plan.dies_with_worker = job_dies_with_worker(job);
   plan_limits(&plan, job);
   if ((err = plan_leaf(job, &plan)) != 0) goto failed;
   job->pid = start_or_run_script(&plan, line.argc, &err);

@@ -113,12 +113,12 @@ __attribute__((noinline)) _Noreturn static void exec_child(const struct child_pl
   }
 #ifdef __linux__
   /*
-   * Killed by the kernel if the worker dies, as the host would kill it (SPAWNED_HOLD_US); a detached command outlives
-   * its worker. Set after the ids, whose change clears it (as the exec of a set-user-ID program does: such a command is
-   * left to the host). A worker that died before this is no longer the parent.
+   * Killed by the kernel if the worker dies, as the host would kill it (SPAWNED_HOLD_DIES_WITH_WORKER_US). Set after the
+   * ids, whose change clears it (as the exec of a set-user-ID program does: such a command is left to the host). A
+   * worker that died before this is no longer the parent.
    */
-  if (!plan->detached && (prctl(PR_SET_PDEATHSIG, (unsigned long)SIGKILL, 0UL, 0UL, 0UL) < 0 ||
-                          getppid() != report->parent)) {
+  if (plan->dies_with_worker &&
+      (prctl(PR_SET_PDEATHSIG, (unsigned long)SIGKILL, 0UL, 0UL, 0UL) < 0 || getppid() != report->parent)) {
     goto fail;
   }
   if (plan->subreaper && prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) < 0) goto fail;

@@ -88,13 +88,15 @@ enum { TERMINAL_RESIZE = 1, TERMINAL_RAW = 2 };
  * answer then reaches the host in one write and one wake-up, not two, and the host skips its check of a pid it will
  * never signal (core/worker_handle.ts: a read of /proc, a tenth of a busy host's time). Nothing of a buffered request
  * shows its pid to a user. The host ends the commands of a worker that died by the pids it was told of; on Linux the
- * kernel also kills each command that is not detached when its worker dies (PR_SET_PDEATHSIG, start_child.c), so the
- * hold can cover most commands of a busy pool; elsewhere a command is told of within 2 ms.
+ * kernel also kills a command that is neither detached nor killTree when its worker dies (PR_SET_PDEATHSIG,
+ * start_child.c), so the hold of such a command covers most commands of a busy pool. A killTree command must outlive
+ * its worker for the host to walk its tree, so the host is told of it within SPAWNED_HOLD_US.
  */
-#ifdef __linux__
-#define SPAWNED_HOLD_US (50 * 1000)
-#else
 #define SPAWNED_HOLD_US (2 * 1000)
+#ifdef __linux__
+#define SPAWNED_HOLD_DIES_WITH_WORKER_US (50 * 1000)
+#else
+#define SPAWNED_HOLD_DIES_WITH_WORKER_US SPAWNED_HOLD_US
 #endif
 /* After the exit, streamed output may run this many windows ahead of credit (core/frame.ts EXIT_TAIL_WINDOWS). */
 #define EXIT_TAIL_WINDOWS 2
@@ -194,6 +196,14 @@ struct job {
 };
 
 /*
+ * Whether a command is started to die with its worker (Linux: PR_SET_PDEATHSIG): neither detached (it outlives the
+ * worker) nor killTree (it lives until the host has walked its tree).
+ */
+static inline bool job_dies_with_worker(const struct job *job) {
+  return !job->detached && !job->kill_tree;
+}
+
+/*
  * An environment being built: entries with their names' lengths, and an open-addressing table of their indices (+1,
  * 0: empty) by name, so that merging a request's env into the inherited one takes linear time.
  */
@@ -229,6 +239,7 @@ struct child_plan {
   uid_t uid;
   gid_t gid;
   bool subreaper;              /* the command adopts its descendants' orphans (tree.c) */
+  bool dies_with_worker;       /* SIGKILLed by the kernel when the worker dies (Linux: PR_SET_PDEATHSIG) */
   int leaf;                    /* the cgroup leaf it starts in (cgroup.c), or -1 */
   int limit_count;
   int limit_resource[LIMIT_COUNT];

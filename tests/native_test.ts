@@ -73,42 +73,44 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
         assert.deepEqual(order(1), [Frame.Spawned, Frame.Exit]);
         assert.deepEqual(order(2), [Frame.Spawned, Frame.Exit]);
         assert.equal(order(3)[0], Frame.Spawned);
-        // `sleep 0.5` is told of within the hold (SPAWNED_HOLD_US, 50 ms on Linux) and a loop turn, long before its end, under ASan on a busy machine.
+        // `sleep 0.5` is told of within the hold (50 ms on Linux) and a loop turn, long before its end, under ASan on a busy machine.
         const spawned = at.get(`${Frame.Spawned}:2`)!, exited = at.get(`${Frame.Exit}:2`)!;
         assert.ok(spawned < 250 && exited - spawned > 250, `Spawned at ${spawned} ms, Exit at ${exited} ms`);
       });
     }
   });
+  const onLinux = { skip: process.platform !== "linux" && "PR_SET_PDEATHSIG is Linux's" };
   it(
-    "a worker that dies takes its commands with it, before the host knew of them (PR_SET_PDEATHSIG), but no detached one",
-    {
-      skip: process.platform !== "linux" && "PR_SET_PDEATHSIG is Linux's",
-    },
+    "a dead worker's commands die with it, before the host knew of them, but no detached or killTree one",
+    onLinux,
     async () => {
       const worker = await startWorker();
       const started: number[] = [];
       try {
-        // A buffered command, whose Spawned the worker holds (SPAWNED_HOLD_US): nothing has told this "host" its pid.
         worker.channel.write([
+          // Buffered: the worker holds its Spawned (SPAWNED_HOLD_DIES_WITH_WORKER_US), so no host knows its pid yet.
           spawnFrame(1, { cmd: "sleep", args: ["30"] }),
           spawnFrame(2, { cmd: "sleep", args: ["31"], detached: true }),
+          // The host walks a killTree command's tree once its worker is gone: it must still be there.
+          spawnFrame(3, { cmd: "sleep", args: ["32"], killTree: true }),
         ]);
         const deadline = performance.now() + 10_000;
         const byArgument = new Map<string, number>();
-        while (byArgument.size < 2) {
-          assert.ok(performance.now() < deadline, "the worker's two commands did not start");
+        while (byArgument.size < 3) {
+          assert.ok(performance.now() < deadline, "the worker's three commands did not start");
           for (const pid of childPids(worker.pid)) {
             const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
             if (argv[0] === "sleep") byArgument.set(argv[1], pid);
           }
           await new Promise((resolve) => setTimeout(resolve, 1));
         }
-        const [held, detached] = [byArgument.get("30")!, byArgument.get("31")!];
-        started.push(held, detached);
+        const [held, detached, tree] = ["30", "31", "32"].map((argument) => byArgument.get(argument)!);
+        started.push(held, detached, tree);
         worker.kill();
         await worker.exited;
         assert.deepEqual(await survivors([held], 5000), [], "the command outlived its worker");
         assert.ok(alive(detached), "the detached command died with its worker");
+        assert.ok(alive(tree), "the killTree command died with its worker, before the host could walk its tree");
       } finally {
         worker.kill();
         for (const pid of started) if (alive(pid)) process.kill(pid, "SIGKILL");
