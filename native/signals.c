@@ -1,6 +1,7 @@
 /*
- * Signals: SIGTERM, SIGINT and SIGHUP stop the worker; SIGCHLD (always handled, where pidfds work too) has the
- * commands without a pidfd checked. Handlers only write the signal's number to a pipe the loop reads.
+ * Signals: SIGTERM and SIGHUP stop the worker; SIGINT is passed on to the commands; SIGCHLD (always handled, where
+ * pidfds work too) has the commands without a pidfd checked. Handlers only write the signal's number to a pipe the
+ * loop reads.
  */
 #include "worker.h"
 
@@ -23,14 +24,28 @@ static void on_signal(int sig) {
   errno = saved;
 }
 
+/*
+ * A terminal's Ctrl-C reaches the whole foreground process group: the host, its workers (which share the host's
+ * group) and, with the runtime's own spawn, the host's commands. Each command here leads a group of its own, so the
+ * worker passes the SIGINT on to those groups and serves on: commands end as they would have (or handle it), and a host
+ * that handles SIGINT can still drain its pool; a host that does not dies of it, and its workers then see their channel
+ * close. Not to detached commands nor those on a terminal of their own: neither is in the foreground group.
+ */
+static void interrupt_commands(void) {
+  for (struct job *job = live; job != NULL; job = job->next) {
+    if (!job->done && !job->detached && !job->terminal) kill_child(job, SIGINT, KILL_GROUP);
+  }
+}
+
 void read_signals(void) {
   uint8_t bytes[64];
   ssize_t n;
   bool child = false;
   while ((n = read(signal_watch.fd, bytes, sizeof bytes)) > 0) {
     for (ssize_t i = 0; i < n; i++) {
-      if (bytes[i] != SIGCHLD) stop(0);
-      child = true;
+      if (bytes[i] == SIGCHLD) child = true;
+      else if (bytes[i] == SIGINT) interrupt_commands();
+      else stop(0);
     }
   }
   if (!child) return;

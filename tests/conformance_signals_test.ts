@@ -111,6 +111,36 @@ await forEachWorker(title, (pool, runtime, workers) => {
     );
   }
 
+  it(
+    "a native worker sent SIGINT (a terminal's Ctrl-C reaches the host's group): its commands get it, it serves on",
+    { skip: (workers.runtime !== "native" || workers.remote) && "the native worker's (JavaScript workers die of it)" },
+    async () => {
+      const own = new Pool({ size: 1, runtime });
+      try {
+        const sleeper = own.command("sleep", { args: ["30"] }).spawn();
+        const trapper = own.command("sh", { args: ["-c", "trap 'echo caught' INT; sleep 1 & wait; sleep 0.2"] })
+          .output();
+        const detached = own.command("sleep", { args: ["31"], detached: true }).spawn();
+        const detachedPid = await detached.spawned;
+        await sleeper.spawned;
+        await new Promise((resolve) => setTimeout(resolve, 100)); // the shell's trap is set
+        process.kill(own.stats().workers[0].pid, "SIGINT");
+        assert.deepEqual(await sleeper.status, { success: false, code: 130, signal: "SIGINT" });
+        const trapped = await trapper;
+        assert.equal(text(trapped.stdout), "caught\n", "a command that handles SIGINT goes on");
+        assert.equal(trapped.code, 0);
+        assert.ok(alive(detachedPid), "a detached command is not in the foreground group");
+        const later = await own.command("echo", { args: ["after"] }).output();
+        assert.equal(text(later.stdout), "after\n");
+        assert.equal(own.stats().started, 1, "the same worker");
+        detached.kill("SIGKILL");
+        await detached.status;
+      } finally {
+        await own.close();
+      }
+    },
+  );
+
   it("a command that signals its own process group (kill 0)", async () => {
     const own = workers.newPool(1);
     try {
