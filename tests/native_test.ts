@@ -117,6 +117,31 @@ describe(`${HOST} host, native worker under ASan and UBSan`, () => {
       }
     },
   );
+  it("SIGINT to the worker (a terminal's Ctrl-C) reaches its commands' groups but a detached one's; it serves on", async () => {
+    await withWorker("SIGINT passed on", undefined, async (worker) => {
+      worker.channel.write([
+        spawnFrame(1, { cmd: "sh", args: ["-c", "sleep 30 & wait"] }),
+        spawnFrame(2, { cmd: "sleep", args: ["31"], detached: true, stdout: "null", stderr: "null" }),
+      ]);
+      const deadline = performance.now() + 10_000;
+      const sleeps = () => childPids(worker.pid).flatMap((pid) => [pid, ...childPids(pid)]);
+      let detached: number | undefined;
+      while (detached === undefined || childPids(worker.pid).length < 2) {
+        assert.ok(performance.now() < deadline, "the worker's commands did not start");
+        detached = sleeps().find((pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8") === "sleep\x0031\x00");
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      process.kill(worker.pid, "SIGINT");
+      const done = await settled(worker, [1], 10_000, "SIGINT passed on");
+      const exit = decodeExit(done.get(1)!.payload);
+      assert.equal(exit.info.signal, "SIGINT", "the shell (its group) was interrupted");
+      assert.ok(alive(detached), "the detached command was interrupted");
+      worker.channel.write([spawnFrame(3, { cmd: "echo", args: ["after"] })]);
+      const after = await settled(worker, [3], 10_000, "a command after SIGINT");
+      assert.equal(text(decodeExit(after.get(3)!.payload).stdout), "after\n");
+      process.kill(detached, "SIGKILL");
+    });
+  });
   it("with too few fds for a pidfd each (EMFILE), every command is still reaped: SIGCHLD is the backstop", async () => {
     await withWorker(
       "60 commands at 40 fds",
