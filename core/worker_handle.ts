@@ -274,14 +274,8 @@ export class WorkerHandle implements RequestChannel {
    */
   #releaseSpawned(keep?: number): void {
     if (this.#heldSpawned.size === 0) return;
-    const kept = keep === undefined ? undefined : this.#heldSpawned.get(keep);
-    const held = [...this.#heldSpawned];
-    this.#heldSpawned.clear();
-    if (kept !== undefined) {
-      this.#heldSpawned.set(keep!, kept);
-      if (held.length === 1) return;
-      held.splice(held.findIndex(([id]) => id === keep), 1);
-    }
+    const held = [...this.#heldSpawned].filter(([id]) => id !== keep);
+    for (const [id] of held) this.#heldSpawned.delete(id);
     let failure: unknown;
     for (const [id, payload] of held) {
       try {
