@@ -12,14 +12,14 @@
  */
 
 import { Buffer } from "node:buffer";
-import { execFile, execFileSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { Pool } from "../mod.ts";
-import { catFixtureBytes, countOf, median, writeCatFixture } from "../support/fixture.mjs";
+import { buildSpawnLoop, catFixtureBytes, countOf, median, writeCatFixture } from "../support/fixture.mjs";
 import { HOST } from "./_spawners.ts";
 
 const SPAWNS = countOf("BENCH_SPAWNS", 300);
@@ -32,8 +32,9 @@ const Base: typeof Pool = (await import(`${base}/mod.ts`)).Pool;
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-copies-"));
 const catFile = writeCatFixture(scratch);
 const expected = Buffer.from(catFixtureBytes());
-const loop = join(scratch, "spawn_loop");
-execFileSync("cc", ["-O2", "-o", loop, fileURLToPath(new URL("reference/spawn_loop.c", import.meta.url).href)]);
+const built = buildSpawnLoop(scratch);
+if (built === undefined) throw new Error("the C loop (bench/reference/spawn_loop.c) needs a C compiler: cc");
+const loop: string = built;
 
 const pools = { base: new Base(), this: new Pool() };
 await Promise.all(Object.values(pools).map((pool) => pool.ready()));

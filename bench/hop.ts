@@ -19,9 +19,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
-import { fileURLToPath } from "node:url";
 import { Pool } from "../mod.ts";
-import { countOf, median } from "../support/fixture.mjs";
+import { buildSpawnLoop, countOf, median } from "../support/fixture.mjs";
 import { HOST, nativeOutput } from "./_spawners.ts";
 
 const SPAWNS = countOf("BENCH_SPAWNS", 300);
@@ -56,21 +55,10 @@ const cases: Array<[string, () => Promise<void>, number[]]> = [
   ["pool round trip: vfork, no exec", roundTrip, []],
 ];
 
-/** bench/reference/spawn_loop.c, built into a scratch directory; undefined without a C compiler. */
-function buildFloor(): string | undefined {
-  const dir = mkdtempSync(join(tmpdir(), "spawnpool-hop-"));
-  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
-  const exe = join(dir, "spawn_loop");
-  try {
-    const source = fileURLToPath(new URL("reference/spawn_loop.c", import.meta.url).href);
-    execFileSync("cc", ["-O2", "-o", exe, source], { stdio: "ignore" });
-    return exe;
-  } catch {
-    return undefined;
-  }
-}
-
-const floorExe = buildFloor();
+/** bench/reference/spawn_loop.c, built into a scratch directory removed at exit; undefined without a C compiler. */
+const floorDir = mkdtempSync(join(tmpdir(), "spawnpool-hop-"));
+process.on("exit", () => rmSync(floorDir, { recursive: true, force: true }));
+const floorExe = buildSpawnLoop(floorDir);
 /** The C loop's p50 and p90 per round, in ms. */
 const floor: Array<{ p50Ms: number; p90Ms: number }> = [];
 /** One round of the C loop: SPAWNS echos, one in flight, each output read to its end. */

@@ -8,7 +8,7 @@ import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeChart } from "./chart.mjs";
 import { targetLines } from "./targets.mjs";
-import { median, scriptArgs, writeCatFixture } from "../support/fixture.mjs";
+import { buildSpawnLoop, median, scriptArgs, writeCatFixture } from "../support/fixture.mjs";
 import { bin, buildDist, root } from "../support/setup.mjs";
 
 buildDist(); // Bun and Node measure the npm build, as their users run it (bench/_spawners.ts)
@@ -86,12 +86,8 @@ for (const run of runs) {
 function spawnCeiling() {
   const scratch = mkdtempSync(join(tmpdir(), "spawnpool-ceiling-"));
   try {
-    const exe = join(scratch, "spawn_loop");
-    try {
-      execFileSync("cc", ["-O2", "-o", exe, join(root, "bench", "reference", "spawn_loop.c")], { stdio: "ignore" });
-    } catch {
-      return undefined; // no C compiler: the table goes without this reference
-    }
+    const exe = buildSpawnLoop(scratch);
+    if (exe === undefined) return undefined; // no C compiler: the table goes without this reference
     const catFile = writeCatFixture(scratch);
     const outputs = [["/dev/null", []], ["collected", ["--collect"]]];
     return [["echo", ["echo", "hi"]], ["cat 163 KB", ["cat", catFile]]].flatMap(([workload, command]) => {

@@ -1,15 +1,17 @@
 /**
- * What every benchmark shares: the deterministic 163 KB file they `cat`, the median and percentiles they report,
- * the loop-lag sampler, and how they read counts from the environment.
+ * What every benchmark shares: the deterministic 163 KB file they `cat`, the C loop they compare with, the median and
+ * percentiles they report, the loop-lag sampler, and how they read counts from the environment.
  * Plain JavaScript, so that the Node scripts under tools/ import it on any Node as well as Deno, Bun and
  * the TypeScript benchmarks.
  *
  * @module
  */
 
+import { execFileSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import process from "node:process";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 /** Size of the cat fixture in bytes. */
 export const CAT_BYTES = 163 * 1024;
@@ -31,6 +33,23 @@ export function writeCatFixture(dir) {
   const file = join(dir, "163k.bin");
   writeFileSync(file, catFixtureBytes());
   return file;
+}
+
+/**
+ * Builds bench/reference/spawn_loop.c (the machine's spawn ceiling and floor) as `spawn_loop` in `dir` with the
+ * system's C compiler.
+ * @param {string} dir
+ * @returns {string | undefined} the program's path; undefined without a working `cc`
+ */
+export function buildSpawnLoop(dir) {
+  const exe = join(dir, "spawn_loop");
+  const source = fileURLToPath(new URL("../bench/reference/spawn_loop.c", import.meta.url));
+  try {
+    execFileSync("cc", ["-O2", "-o", exe, source], { stdio: "ignore" });
+    return exe;
+  } catch {
+    return undefined;
+  }
 }
 
 /**
