@@ -3,9 +3,11 @@
  * workers that would leak an inherited one into their children (Deno's spawn keeps fd 3 open).
  *
  * The host listens on a fresh, unguessable socket name (abstract on Linux, else a socket file in a
- * private 0700 directory that is removed once connected), writes the name and a one-time secret to the
- * worker's stdin (never its environment or arguments, which children could read), accepts only a
- * connection whose first bytes are that secret, refuses every other one, and stops listening.
+ * private 0700 directory that is removed once connected), gives the worker the name and a one-time secret in its
+ * environment ({@linkcode BOOTSTRAP_VARIABLE}: never its arguments, which every user can read), accepts only a
+ * connection whose first bytes are that secret, refuses every other one, and stops listening. The worker removes the
+ * variable before it connects, so none of its commands inherits it; `/proc/<pid>/environ`, where it stays, is
+ * readable by the host's user alone, and by then the secret is spent.
  *
  * This module holds what every runtime shares and imports no `node:` module (a Deno host loads it at its first
  * worker); the `node:net` listener of Node and Bun hosts is `_net_listener.ts`, the Deno host's is in `deno.ts`.
@@ -19,6 +21,9 @@ import { joinPath, system } from "./_system.ts";
 
 /** Bytes of the one-time secret. */
 export const SECRET_BYTES = 32;
+
+/** The worker's environment variable that holds the bootstrap: its socket's path and the one-time secret, as JSON. */
+export const BOOTSTRAP_VARIABLE = "SPAWNPOOL_BOOTSTRAP";
 
 /** How long a host waits for its worker to connect and authenticate. */
 const HANDSHAKE_TIMEOUT_MS = 30_000;
@@ -35,7 +40,7 @@ const SECRET_DEADLINE_MS = 2_000;
  * worker, which writes its secret as it connects, is dropped only if this many connect after it before its 32
  * bytes are read.
  */
-const MAX_UNAUTHENTICATED = 8;
+export const MAX_UNAUTHENTICATED = 8;
 
 /** How often, and how long apart at first, a worker tries again to connect to a listener whose backlog is full. */
 const CONNECT_TRIES = 20;
@@ -49,7 +54,7 @@ function toHex(bytes: Uint8Array): string {
 }
 
 function fromHex(text: string): Uint8Array {
-  if (!/^(?:[0-9a-f]{2})+$/.test(text)) throw new TypeError("Malformed secret in bootstrap line");
+  if (!/^(?:[0-9a-f]{2})+$/.test(text)) throw new TypeError(`Malformed secret in ${BOOTSTRAP_VARIABLE}`);
   const out = new Uint8Array(text.length / 2);
   for (let i = 0; i < out.length; i++) out[i] = parseInt(text.slice(i * 2, i * 2 + 2), 16);
   return out;
@@ -68,9 +73,9 @@ export function newSecret(): Uint8Array {
   return system.randomBytes(SECRET_BYTES);
 }
 
-/** The line a host writes to its worker's stdin. */
-export function bootstrapLine(path: string, secret: Uint8Array): string {
-  return `${JSON.stringify({ path, secret: toHex(secret) })}\n`;
+/** The value of a worker's {@linkcode BOOTSTRAP_VARIABLE}. */
+export function bootstrapValue(path: string, secret: Uint8Array): string {
+  return JSON.stringify({ path, secret: toHex(secret) });
 }
 
 /**
@@ -86,8 +91,8 @@ export function privateSocketPath(abstract: boolean): { path: string; dir?: stri
 
 /** A listener waiting for one worker; `Out` is what an authenticated connection becomes. */
 export interface PendingWorker<Out = ByteChannel> {
-  /** The line to write to the worker's stdin. */
-  bootstrapLine: string;
+  /** The worker's {@linkcode BOOTSTRAP_VARIABLE}. */
+  bootstrap: string;
   /** The socket's path: a file's, or an abstract name (starting with NUL). */
   path: string;
   /** Resolves with the authenticated connection; rejects when `exited` settles or the timeout passes first. */
@@ -141,7 +146,7 @@ export function pendingWorker<Conn, Out = ByteChannel>(
   };
   const after = transport.timer ?? setTimer;
   return {
-    bootstrapLine: bootstrapLine(path, secret),
+    bootstrap: bootstrapValue(path, secret),
     path,
     close,
     accept(exited) {
@@ -185,58 +190,44 @@ export function pendingWorker<Conn, Out = ByteChannel>(
   };
 }
 
-/** Worker side: reads the bootstrap line from stdin and lets stdin go. */
-function readBootstrapLine(): Promise<string> {
+/** The runtime's environment as far as a worker's bootstrap needs it. */
+interface Environment {
+  get(name: string): string | undefined;
+  delete(name: string): void;
+}
+
+/** This process's environment: `Deno.env`, or Node's and Bun's `process.env`. */
+function environment(): Environment {
   const deno = (globalThis as { Deno?: typeof Deno }).Deno;
-  return deno === undefined ? readLineFromProcess() : readLineFromDeno(deno.stdin);
+  if (deno !== undefined) return deno.env;
+  const env = (globalThis as unknown as { process: NodeJS.Process }).process.env;
+  return { get: (name) => env[name], delete: (name) => void delete env[name] };
 }
 
-async function readLineFromDeno(stdin: typeof Deno.stdin): Promise<string> {
-  let text = "";
-  const decoder = new TextDecoder();
-  const buffer = new Uint8Array(1024);
-  while (true) {
-    const n = await stdin.read(buffer);
-    if (n === null) throw new Error("Host closed stdin before sending the bootstrap line");
-    text += decoder.decode(buffer.subarray(0, n), { stream: true });
-    const end = text.indexOf("\n");
-    if (end >= 0) return text.slice(0, end);
-  }
+/** Worker side: takes the bootstrap out of the environment, before anything could inherit it. */
+function takeBootstrap(): string {
+  const env = environment();
+  const value = env.get(BOOTSTRAP_VARIABLE);
+  env.delete(BOOTSTRAP_VARIABLE);
+  if (value === undefined) throw new Error(`${BOOTSTRAP_VARIABLE} is not set: start me through a Pool`);
+  return value;
 }
 
-function readLineFromProcess(): Promise<string> {
-  const stdin = (globalThis as unknown as { process: NodeJS.Process }).process.stdin;
-  return new Promise<string>((resolve, reject) => {
-    let text = "";
-    const decoder = new TextDecoder();
-    const onData = (chunk: Uint8Array) => {
-      text += decoder.decode(chunk, { stream: true });
-      const end = text.indexOf("\n");
-      if (end < 0) return;
-      stdin.off("data", onData);
-      stdin.pause();
-      resolve(text.slice(0, end));
-    };
-    stdin.on("data", onData);
-    stdin.once("end", () => reject(new Error("Host closed stdin before sending the bootstrap line")));
-  });
-}
-
-/** Parses a bootstrap line into the socket path and the secret. */
-function parseBootstrap(line: string): { path: string; secret: Uint8Array } {
-  const parsed = JSON.parse(line) as { path?: unknown; secret?: unknown };
+/** Parses a bootstrap into the socket path and the secret. */
+function parseBootstrap(value: string): { path: string; secret: Uint8Array } {
+  const parsed = JSON.parse(value) as { path?: unknown; secret?: unknown };
   if (typeof parsed.path !== "string" || typeof parsed.secret !== "string") {
-    throw new TypeError("Malformed bootstrap line");
+    throw new TypeError(`Malformed ${BOOTSTRAP_VARIABLE}`);
   }
   return { path: parsed.path, secret: fromHex(parsed.secret) };
 }
 
 /**
- * Worker side: reads the bootstrap line from stdin, connects with `open` (the worker runtime's own socket API) and
- * presents the secret, ahead of every frame.
+ * Worker side: takes the bootstrap from the environment, connects with `open` (the worker runtime's own socket API)
+ * and presents the secret, ahead of every frame.
  */
 export async function connectFromBootstrap(open: (path: string) => Promise<ByteChannel>): Promise<ByteChannel> {
-  const { path, secret } = parseBootstrap(await readBootstrapLine());
+  const { path, secret } = parseBootstrap(takeBootstrap());
   const channel = await openRetrying(() => open(path));
   channel.write([secret]);
   return channel;
@@ -261,29 +252,23 @@ async function openRetrying(open: () => Promise<ByteChannel>): Promise<ByteChann
   }
 }
 
-/** A worker process as far as the handshake needs it. */
+/** A worker process as far as the handshake needs it, started with its {@linkcode BOOTSTRAP_VARIABLE}. */
 export interface HandshakeProcess {
   /** Settles when the process exits. */
   exited: Promise<unknown>;
-  /** Writes the bootstrap line to the process's stdin and closes it. */
-  sendLine(line: string): Promise<void>;
   /** Kills the process. */
   kill(): void;
 }
 
 /**
- * Hands `process` the bootstrap line and waits for its authenticated connection; kills it on failure. The listener
- * takes connections from before the line is written: a worker may connect before the write has resolved.
+ * Waits for the authenticated connection of `worker`, started with `pending.bootstrap` in its environment; kills it
+ * on failure. The listener took connections from before the worker started.
  */
 export async function handshake(pending: PendingWorker, worker: HandshakeProcess): Promise<ByteChannel> {
-  const accepted = pending.accept(worker.exited);
-  accepted.catch(() => {}); // heard below, or not at all when the line could not be written
   try {
-    await worker.sendLine(pending.bootstrapLine);
-    return await accepted;
+    return await pending.accept(worker.exited);
   } catch (error) {
     pending.close();
-    void accepted.then((channel) => channel.close(), () => {}); // a worker that connected before the write failed
     try {
       worker.kill();
     } catch {

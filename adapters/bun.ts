@@ -99,8 +99,13 @@ export const bunAdapter: Adapter = {
           launch.execPath,
           ...(pending && launch.runtime === "deno" ? unix!.withSocketAccess(launch.args, pending.path) : launch.args),
         ],
-        stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
-        env: { ...system.environment(), ...launch.env, SPAWNPOOL_CHANNEL: launch.channel },
+        stdio: pending ? ["ignore", "inherit", "inherit"] : ["ignore", "inherit", "inherit", "pipe"],
+        env: {
+          ...system.environment(),
+          ...launch.env,
+          SPAWNPOOL_CHANNEL: launch.channel,
+          ...(pending && { [unix!.BOOTSTRAP_VARIABLE]: pending.bootstrap }),
+        },
         detached: launch.ownGroup,
       });
     } catch (error) {
@@ -110,15 +115,7 @@ export const bunAdapter: Adapter = {
     const exited = proc.exited.then(() => {});
     let channel;
     if (pending) {
-      const stdin = proc.stdin as BunFileSink;
-      channel = await unix!.handshake(pending, {
-        exited,
-        sendLine: async (line) => {
-          stdin.write(line);
-          await stdin.end();
-        },
-        kill: () => proc.kill("SIGKILL"),
-      });
+      channel = await unix!.handshake(pending, { exited, kill: () => proc.kill("SIGKILL") });
     } else {
       try {
         const fd = proc.stdio[3];

@@ -192,7 +192,7 @@ export const denoAdapter: Adapter = {
       // environment regardless.
       "--allow-run",
       "--allow-net",
-      "--allow-env=SPAWNPOOL_CHANNEL,NODE_CHANNEL_FD",
+      "--allow-env=SPAWNPOOL_CHANNEL,SPAWNPOOL_BOOTSTRAP,NODE_CHANNEL_FD",
       // To tell whether a reaped command's group id has been taken by another process before signalling it.
       "--allow-read=/proc",
       // Loaded from a URL (JSR): the worker imports its modules from the same host.
@@ -202,15 +202,15 @@ export const denoAdapter: Adapter = {
   },
 
   async startWorker(launch) {
-    const { handshake, withSocketAccess } = await loadUnix();
+    const { BOOTSTRAP_VARIABLE, handshake, withSocketAccess } = await loadUnix();
     const pending = listenForWorker();
     let child: Deno.ChildProcess;
     try {
       child = new Deno.Command(launch.execPath, {
         args: launch.runtime === "deno" ? withSocketAccess(launch.args, pending.path) : launch.args,
-        env: { ...launch.env, SPAWNPOOL_CHANNEL: "unix" },
+        env: { ...launch.env, SPAWNPOOL_CHANNEL: "unix", [BOOTSTRAP_VARIABLE]: pending.bootstrap },
         detached: launch.ownGroup,
-        stdin: "piped",
+        stdin: "null",
         stdout: "inherit",
         stderr: "inherit",
       }).spawn();
@@ -219,15 +219,7 @@ export const denoAdapter: Adapter = {
       throw error;
     }
     const exited = child.status.then(() => {});
-    const channel = await handshake(pending, {
-      exited,
-      sendLine: async (line) => {
-        const writer = child.stdin.getWriter();
-        await writer.write(new TextEncoder().encode(line));
-        await writer.close();
-      },
-      kill: () => child.kill("SIGKILL"),
-    });
+    const channel = await handshake(pending, { exited, kill: () => child.kill("SIGKILL") });
     return {
       pid: child.pid,
       channel,

@@ -128,8 +128,15 @@ export const nodeAdapter: Adapter = {
         ? unix!.withSocketAccess(launch.args, pending.path)
         : launch.args;
       child = spawn(launch.execPath, args, {
-        stdio: pending ? ["pipe", "inherit", "inherit"] : ["ignore", "inherit", "inherit", pair ? pair.worker : "pipe"],
-        env: { ...system.environment(), ...launch.env, SPAWNPOOL_CHANNEL: launch.channel },
+        stdio: pending
+          ? ["ignore", "inherit", "inherit"]
+          : ["ignore", "inherit", "inherit", pair ? pair.worker : "pipe"],
+        env: {
+          ...system.environment(),
+          ...launch.env,
+          SPAWNPOOL_CHANNEL: launch.channel,
+          ...(pending && { [unix!.BOOTSTRAP_VARIABLE]: pending.bootstrap }),
+        },
         detached: launch.ownGroup,
       });
     } catch (error) {
@@ -147,16 +154,7 @@ export const nodeAdapter: Adapter = {
       throw error;
     }
     const channel = pending
-      ? await unix!.handshake(pending, {
-        exited,
-        sendLine: (line) =>
-          new Promise((resolve, reject) => {
-            // A worker that closed its stdin first (EPIPE) fails the handshake, not the host.
-            child.stdin!.once("error", reject);
-            child.stdin!.end(line, () => resolve());
-          }),
-        kill: () => child.kill("SIGKILL"),
-      })
+      ? await unix!.handshake(pending, { exited, kill: () => child.kill("SIGKILL") })
       : pair
       ? pair.lending.attach(pair.host)
       : channels.socketChannel(child.stdio[3] as Socket);

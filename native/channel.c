@@ -208,23 +208,6 @@ void flush_out_at_exit(void) {
 /* ---------------------------------------------------------------------------------------------------------- */
 /* The unix channel's bootstrap */
 
-/* Reads the bootstrap line from stdin (one byte at a time: nothing past it is consumed), into `line`. */
-static bool read_line(char *line, size_t size) {
-  size_t len = 0;
-  while (len + 1 < size) {
-    char c;
-    ssize_t n = read(0, &c, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    if (c == '\n') {
-      line[len] = '\0';
-      return true;
-    }
-    line[len++] = c;
-  }
-  return false;
-}
-
 static int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -243,21 +226,26 @@ static bool write_all(int fd, const uint8_t *p, size_t len) {
 }
 
 /*
- * The unix channel (adapters/_unix_handshake.ts): the line {"path": ..., "secret": <hex>} names the socket (an
- * abstract one when it starts with NUL, its exact length) and the secret presented before any frame.
+ * The unix channel (adapters/_unix_handshake.ts): SPAWNPOOL_BOOTSTRAP, {"path": ..., "secret": <hex>}, names the
+ * socket (an abstract one when it starts with NUL, its exact length) and the secret presented before any frame. The
+ * variable is taken out of the environment first: no command inherits it.
  */
 /* Connects tried at most, a full backlog's worth (adapters/_unix_handshake.ts CONNECT_TRIES). */
 #define CONNECT_TRIES 20
 
 int connect_from_bootstrap(void) {
   char line[4096];
-  if (!read_line(line, sizeof line)) {
-    fprintf(stderr, "spawnpool worker: no bootstrap line on stdin\n");
+  const char *value = getenv("SPAWNPOOL_BOOTSTRAP");
+  size_t value_len = value == NULL ? 0 : strlen(value);
+  if (value_len < sizeof line) memcpy(line, value == NULL ? "" : value, value_len + 1);
+  unsetenv("SPAWNPOOL_BOOTSTRAP");
+  if (value == NULL || value_len >= sizeof line) {
+    fprintf(stderr, "spawnpool worker: SPAWNPOOL_BOOTSTRAP is %s\n", value == NULL ? "not set" : "too long");
     return -1;
   }
   struct json_doc doc;
-  if (!json_parse(&doc, (const uint8_t *)line, strlen(line)) || doc.nodes[0].type != JSON_OBJECT) {
-    fprintf(stderr, "spawnpool worker: malformed bootstrap line\n");
+  if (!json_parse(&doc, (const uint8_t *)line, value_len) || doc.nodes[0].type != JSON_OBJECT) {
+    fprintf(stderr, "spawnpool worker: malformed SPAWNPOOL_BOOTSTRAP\n");
     return -1;
   }
   const struct json_node *path = json_get(&doc, &doc.nodes[0], "path");
@@ -283,7 +271,7 @@ int connect_from_bootstrap(void) {
   }
   json_free(&doc);
   if (!ok) {
-    fprintf(stderr, "spawnpool worker: malformed bootstrap line\n");
+    fprintf(stderr, "spawnpool worker: malformed SPAWNPOOL_BOOTSTRAP\n");
     return -1;
   }
 #ifdef SOCK_CLOEXEC

@@ -2,7 +2,7 @@
  * spawnpool's native worker: serves a host's spawn requests over the binary frame protocol of core/frame.ts,
  * exactly as worker/serve.ts does for the JavaScript runtimes, from one thread and one event loop (epoll on
  * Linux, poll elsewhere). Started by a host with SPAWNPOOL_CHANNEL=fd3 (a connected socket on fd 3) or
- * SPAWNPOOL_CHANNEL=unix (a bootstrap line on stdin names an abstract unix socket and a one-time secret).
+ * SPAWNPOOL_CHANNEL=unix (SPAWNPOOL_BOOTSTRAP names a unix socket and a one-time secret).
  *
  * Everything the host sends is untrusted: a malformed frame closes the channel and the worker exits 1 after
  * killing its commands, as the JavaScript worker does on a ProtocolError. Every fd the worker opens is
@@ -128,6 +128,7 @@ int main(void) {
   unsetenv("SPAWNPOOL_CHANNEL");
   unsetenv("NODE_CHANNEL_FD");
   if (fd3) {
+    unsetenv("SPAWNPOOL_BOOTSTRAP"); /* a unix channel's, which connect_from_bootstrap() takes out itself */
     if (fcntl(3, F_SETFD, FD_CLOEXEC) != 0) return 1;
     channel.fd = 3;
   } else {

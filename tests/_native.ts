@@ -68,19 +68,21 @@ export async function startWorker(
   assert.ok(existsSync(ASAN_WORKER), `${ASAN_WORKER} exists (npm run build:native)`);
   const pending = await listenForWorker();
   const child = nodeSpawn(command[0], command.slice(1), {
-    stdio: ["pipe", "ignore", "pipe"],
-    env: { ...process.env, ...SANITIZER_ENV, ...env, SPAWNPOOL_CHANNEL: "unix" },
+    stdio: ["ignore", "ignore", "pipe"],
+    env: {
+      ...process.env,
+      ...SANITIZER_ENV,
+      ...env,
+      SPAWNPOOL_CHANNEL: "unix",
+      SPAWNPOOL_BOOTSTRAP: pending.bootstrap,
+    },
   });
   let stderr = "";
   child.stderr!.setEncoding("utf8").on("data", (s: string) => (stderr += s));
   const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
     child.once("exit", (code, signal) => resolve({ code, signal }))
   );
-  const channel = await handshake(pending, {
-    exited,
-    sendLine: (line) => new Promise((resolve) => child.stdin!.end(line, () => resolve())),
-    kill: () => child.kill("SIGKILL"),
-  });
+  const channel = await handshake(pending, { exited, kill: () => child.kill("SIGKILL") });
   let closeChannel!: () => void;
   const worker: Worker = {
     pid: child.pid!,

@@ -160,7 +160,7 @@ await forEachWorker(title, (pool, _runtime, workers) => {
     const extra = pooled.filter(({ fd }) => fd > 2 && !inherited.has(fd));
     assert.deepEqual(extra, [], "no fd of the host or the worker");
     const environ = await pool.command("cat", { args: [`/proc/${pid}/environ`] }).output();
-    assert.doesNotMatch(text(environ.stdout), /SPAWNPOOL_CHANNEL|NODE_CHANNEL_FD/);
+    assert.doesNotMatch(text(environ.stdout), /SPAWNPOOL_CHANNEL|SPAWNPOOL_BOOTSTRAP|NODE_CHANNEL_FD/);
     for (const worker of pool.stats().workers) {
       const cmdline = await pool.command("cat", { args: [`/proc/${worker.pid}/cmdline`] }).output();
       assert.doesNotMatch(text(cmdline.stdout), /[0-9a-f]{32}/, "no secret in a worker's arguments");

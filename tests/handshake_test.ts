@@ -30,7 +30,7 @@ for (const abstract of [true, false]) {
   describe(`handshake over ${abstract ? "an abstract socket" : "a socket file in a private directory"}`, () => {
     it("refuses a connection without the secret, accepts the worker's, then stops listening", async () => {
       const pending = await listenForWorker(abstract);
-      const { path, secret } = JSON.parse(pending.bootstrapLine) as { path: string; secret: string };
+      const { path, secret } = JSON.parse(pending.bootstrap) as { path: string; secret: string };
       assert.equal(path.startsWith("\0"), abstract);
       if (!abstract) assert.equal(statSync(dirname(path)).mode & 0o777, 0o700);
       const never = new Promise<never>(() => {});
@@ -58,26 +58,35 @@ for (const abstract of [true, false]) {
       worker.destroy();
     });
 
-    it("takes a worker that connects before the host's write of its bootstrap line has resolved", async () => {
+    it("takes a worker that connected and presented its secret before the host began to accept", async () => {
       const pending = await listenForWorker(abstract);
-      const { path, secret } = JSON.parse(pending.bootstrapLine) as { path: string; secret: string };
-      let worker: Socket | undefined;
+      const { path, secret } = JSON.parse(pending.bootstrap) as { path: string; secret: string };
+      // The worker has its bootstrap as it starts: it may be in before the host's handshake() runs.
+      const worker = await open(path);
+      worker.write(Uint8Array.from(secret.match(/../g)!, (hex) => parseInt(hex, 16)));
+      await new Promise((resolve) => setTimeout(resolve, 100));
       const channel = await withTimeout(
         handshake(pending, {
           exited: new Promise<never>(() => {}),
-          async sendLine() {
-            // The worker has the line, connects and presents the secret; the host's write resolves only later.
-            worker = await open(path);
-            worker.write(Uint8Array.from(secret.match(/../g)!, (hex) => parseInt(hex, 16)));
-            await new Promise((resolve) => setTimeout(resolve, 100));
-          },
           kill: () => assert.fail("the worker is killed only when the handshake fails"),
         }),
         5_000,
         "the worker's early connection went unheard",
       );
       channel.close();
-      worker!.destroy();
+      worker.destroy();
+    });
+
+    it("kills a worker that exits before connecting, and fails with why", async () => {
+      const pending = await listenForWorker(abstract);
+      let killed = 0;
+      await assert.rejects(
+        handshake(pending, { exited: Promise.resolve(), kill: () => void killed++ }),
+        /Worker exited before connecting/,
+      );
+      assert.equal(killed, 1);
+      const { path } = JSON.parse(pending.bootstrap) as { path: string };
+      await assert.rejects(open(path), "the listener is closed");
     });
   });
 }

@@ -278,11 +278,10 @@ int main(int argc, char **argv) {
     await new Promise<void>((resolve) => server.listen(path, resolve));
     const connected = new Promise<Socket>((resolve) => server.once("connection", resolve));
     const child = nodeSpawn(RELEASE_WORKER, [], {
-      stdio: ["pipe", "ignore", "inherit"],
-      env: { ...process.env, SPAWNPOOL_CHANNEL: "unix" },
+      stdio: ["ignore", "ignore", "inherit"],
+      env: { ...process.env, SPAWNPOOL_CHANNEL: "unix", SPAWNPOOL_BOOTSTRAP: JSON.stringify({ path, secret: "00" }) },
     });
     try {
-      child.stdin!.end(`${JSON.stringify({ path, secret: "00" })}\n`);
       const socket = await withTimeout(connected, 10_000, "the worker did not connect");
       server.close();
       const bytes = 100_000_000;

@@ -5,7 +5,7 @@
  * libFuzzer dictionary of the requests' field names and values.
  *
  *   native/fuzz/corpus/frames/  one byte (how fuzz_frames.c cuts the rest into reads), then frames as a host sends them
- *   native/fuzz/corpus/json/    spawn request payloads, and the worker's other JSON: its hello, the bootstrap line
+ *   native/fuzz/corpus/json/    spawn request payloads, and the worker's other JSON: its hello, the bootstrap (SPAWNPOOL_BOOTSTRAP)
  *   native/fuzz/spawnpool.dict  the dictionary both harnesses run with
  *
  * Run it with a runtime that strips types (the pinned Node, Deno or Bun): `node_modules/.bin/node
@@ -18,7 +18,7 @@
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { bootstrapLine } from "../adapters/_unix_handshake.ts";
+import { bootstrapValue } from "../adapters/_unix_handshake.ts";
 import {
   encodeCredit,
   encodeHeader,
@@ -215,7 +215,7 @@ const jsonSeeds: [string, string | Uint8Array][] = [
   ...Object.entries(requests).map(([name, request]) => [name, encodeJson(request)] as [string, Uint8Array]),
   ["spawn-error-nul", encodeJson(withNul)],
   ["hello", encodeJson(hello)],
-  ["bootstrap-line", bootstrapLine("\0spawnpool-fuzz", new Uint8Array(32).fill(0xa5)).trimEnd()],
+  ["bootstrap", bootstrapValue("\0spawnpool-fuzz", new Uint8Array(32).fill(0xa5))],
   ["escapes", '{"s":"\\"\\\\\\/\\b\\f\\n\\r\\t\\u0000\\u00e9\\ud83d\\ude00\\ud800x\\udc00","k\\u0000":[]}'],
   ["numbers", "[0,-0,1.5e300,-2E-5,1e999,123456789012345678901234567890,0.1,true,false,null]"],
   ["nested", "\ufeff" + "[".repeat(40) + '{"a":{"b":[{}]}}' + "]".repeat(40)],
