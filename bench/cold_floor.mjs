@@ -5,7 +5,7 @@
 //   floor:  a hand-written minimal client of the native worker, importing nothing of spawnpool: it starts the worker
 //           (dist/native/, the binary the pool starts) as the host adapters do (Node and Bun: a socketpair on fd 3,
 //           SPAWNPOOL_CHANNEL=fd3; Deno: the unix-socket handshake, a socket file in a fresh 0700 directory and a
-//           32-byte secret in the bootstrap line on the worker's stdin, SPAWNPOOL_CHANNEL=unix), reads its Hello
+//           32-byte secret in the worker's SPAWNPOOL_BOOTSTRAP, SPAWNPOOL_CHANNEL=unix), reads its Hello
 //           frame, sends one Spawn frame (the JSON the pool's `output()` sends), reads frames until the Exit frame,
 //           prints the stdout it holds, unrefs the worker and its channel and lets the process end: the worker
 //           exits on its own when the channel closes;
@@ -161,17 +161,13 @@ const secret = crypto.getRandomValues(new Uint8Array(32));
 let hex = "";
 for (const byte of secret) hex += byte.toString(16).padStart(2, "0");
 const worker = new Deno.Command(${JSON.stringify(WORKER)}, {
-  env: { SPAWNPOOL_CHANNEL: "unix" },
-  stdin: "piped",
+  env: { SPAWNPOOL_CHANNEL: "unix", SPAWNPOOL_BOOTSTRAP: JSON.stringify({ path, secret: hex }) },
+  stdin: "null",
   stdout: "inherit",
   stderr: "inherit",
 }).spawn();
 ${M("spawned")}
-const accepted = listener.accept();
-const writer = worker.stdin.getWriter();
-await writer.write(new TextEncoder().encode(JSON.stringify({ path, secret: hex }) + "\\n"));
-await writer.close();
-const conn = await accepted;
+const conn = await listener.accept();
 listener.close();
 Deno.removeSync(dir, { recursive: true });
 const buffer = new Uint8Array(65536);
