@@ -11,7 +11,7 @@
 //   get their channel) the first and the second time in a process; importing `node:net` once `node:child_process` is
 //   loaded (what a host's first worker no longer imports);
 // - Deno: the first `Deno.permissions.querySync`, and the first write through a child's stdin (a web stream: how the
-//   bootstrap line reaches a Deno host's worker);
+//   bootstrap reached a Deno host's worker until it moved to the worker's environment, 2026-11-29);
 // - Bun: spawnpool's main chunk parsed but not run (its text in a function never called) against importing it.
 //
 // Run: `node bench/first_use.mjs` (it builds dist/). Options (env): BENCH_ROUNDS (default 21), BENCH_OTHER (another
