@@ -1,5 +1,5 @@
 /*
- * A small, strict JSON parser for the worker's two inputs: spawn requests and the bootstrap line.
+ * A small, strict JSON parser for the worker's two inputs: spawn requests and the bootstrap (SPAWNPOOL_BOOTSTRAP).
  *
  * It accepts exactly what JSON.parse over a fatal UTF-8 decode accepts (a leading byte-order mark included):
  * anything else is an error, never a crash. Strings are decoded to UTF-8 (a lone surrogate becomes U+FFFD, as
