@@ -47,6 +47,7 @@ async function listenNet<Out>(
   let onConnection: ((socket: Socket) => void) | undefined;
   server.on("connection", (socket: Socket) => {
     if (onConnection !== undefined) return onConnection(socket);
+    socket.on("error", () => {}); // a reset while it waits must not be an uncaught error of the host
     if (early.push(socket) > MAX_UNAUTHENTICATED) early.shift()!.destroy();
   });
   const pending = pendingWorker<Socket, Out>(path, secret, {

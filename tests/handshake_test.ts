@@ -77,6 +77,28 @@ for (const abstract of [true, false]) {
       worker.destroy();
     });
 
+    it("survives connections closed and piled up before it began to accept, and still takes the worker", async () => {
+      const pending = await listenForWorker(abstract);
+      const { path, secret } = JSON.parse(pending.bootstrap) as { path: string; secret: string };
+      // Gone while nobody reads them yet, and more than the eight the listener holds: the oldest go.
+      const strangers = await Promise.all(Array.from({ length: 12 }, () => open(path)));
+      for (const stranger of strangers.slice(0, 4)) stranger.destroy();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const worker = await open(path);
+      worker.write(Uint8Array.from(secret.match(/../g)!, (hex) => parseInt(hex, 16)));
+      const channel = await withTimeout(
+        handshake(pending, {
+          exited: new Promise<never>(() => {}),
+          kill: () => assert.fail("the worker is killed only when the handshake fails"),
+        }),
+        5_000,
+        "the worker's connection went unheard after the strangers'",
+      );
+      channel.close();
+      worker.destroy();
+      for (const stranger of strangers) stranger.destroy();
+    });
+
     it("kills a worker that exits before connecting, and fails with why", async () => {
       const pending = await listenForWorker(abstract);
       let killed = 0;
