@@ -10,14 +10,7 @@ import type { ByteChannel } from "../core/adapter.ts";
 import { concatBytes } from "../core/frame.ts";
 import { socketChannel } from "./_socket_channel.ts";
 import { system } from "./_system.ts";
-import {
-  MAX_UNAUTHENTICATED,
-  newSecret,
-  type PendingWorker,
-  pendingWorker,
-  privateSocketPath,
-  SECRET_BYTES,
-} from "./_unix_handshake.ts";
+import { newSecret, type PendingWorker, pendingWorker, privateSocketPath, SECRET_BYTES } from "./_unix_handshake.ts";
 
 /**
  * Listens with `node:net` on a fresh private socket for one connection presenting `secret`.
@@ -41,20 +34,8 @@ async function listenNet<Out>(
       resolve();
     });
   });
-  // The worker has its bootstrap as it starts, and may connect before the host waits for it (handshake()): the
-  // connections that come first wait here, at most as many as pendingWorker holds unauthenticated (the oldest go).
-  const early: Socket[] = [];
-  let onConnection: ((socket: Socket) => void) | undefined;
-  server.on("connection", (socket: Socket) => {
-    if (onConnection !== undefined) return onConnection(socket);
-    socket.on("error", () => {}); // a reset while it waits must not be an uncaught error of the host
-    if (early.push(socket) > MAX_UNAUTHENTICATED) early.shift()!.destroy();
-  });
   const pending = pendingWorker<Socket, Out>(path, secret, {
-    listen(on) {
-      onConnection = on;
-      for (const socket of early.splice(0)) on(socket);
-    },
+    listen: (onConnection) => server.on("connection", onConnection),
     readSecret: (socket) =>
       new Promise((resolve, reject) => {
         let head: Uint8Array = new Uint8Array(0);
@@ -74,7 +55,6 @@ async function listenNet<Out>(
     drop: (socket) => socket.destroy(),
     close() {
       server.close();
-      for (const socket of early.splice(0)) socket.destroy();
       if (dir !== undefined) system.removeDir(dir);
     },
   });

@@ -40,7 +40,7 @@ const SECRET_DEADLINE_MS = 2_000;
  * worker, which writes its secret as it connects, is dropped only if this many connect after it before its 32
  * bytes are read.
  */
-export const MAX_UNAUTHENTICATED = 8;
+const MAX_UNAUTHENTICATED = 8;
 
 /** How often, and how long apart at first, a worker tries again to connect to a listener whose backlog is full. */
 const CONNECT_TRIES = 20;
@@ -95,9 +95,12 @@ export interface PendingWorker<Out = ByteChannel> {
   bootstrap: string;
   /** The socket's path: a file's, or an abstract name (starting with NUL). */
   path: string;
-  /** Resolves with the authenticated connection; rejects when `exited` settles or the timeout passes first. */
+  /**
+   * Resolves with the worker's authenticated connection, also when it came in before the call; rejects when `exited`
+   * settles or the timeout passes first.
+   */
   accept(exited: Promise<unknown>): Promise<Out>;
-  /** Stops listening and removes any socket file. */
+  /** Stops listening, removes any socket file, and closes the worker's connection if `accept()` has not taken it. */
   close(): void;
 }
 
@@ -106,7 +109,10 @@ export interface PendingWorker<Out = ByteChannel> {
  * logic, whatever the socket API.
  */
 export interface HandshakeTransport<Conn, Out = ByteChannel> {
-  /** Calls `onConnection` for every accepted connection until {@linkcode HandshakeTransport.close}. */
+  /**
+   * Calls `onConnection` for every accepted connection until {@linkcode HandshakeTransport.close}; called as the
+   * pending worker is made.
+   */
   listen(onConnection: (conn: Conn) => void): void;
   /**
    * Reads a connection's first {@linkcode SECRET_BYTES} bytes (`head`, shorter if it ended first) and any
@@ -127,64 +133,79 @@ export interface HandshakeTransport<Conn, Out = ByteChannel> {
 }
 
 /**
- * A listener waiting for one worker at `path`. Every connection is read on its own, so one that never
- * sends its secret cannot hold up the worker's; the first to present `secret` becomes the channel, and
- * whatever else is pending when the wait ends is closed, as is the listener. A connection that has not presented
- * the secret within {@linkcode SECRET_DEADLINE_MS} is closed, and at most {@linkcode MAX_UNAUTHENTICATED} wait at
- * once (the oldest goes first).
+ * A listener waiting for one worker at `path`. It reads every connection from the start (the worker has its bootstrap
+ * as it starts, and may be in before the host waits for it), each on its own, so one that never sends its secret cannot
+ * hold up the worker's; the first to present `secret` is the worker's, whatever else is pending then is closed, and so
+ * is the listener. A connection that has not presented the secret within {@linkcode SECRET_DEADLINE_MS} is closed,
+ * and at most {@linkcode MAX_UNAUTHENTICATED} wait at once (the oldest goes first).
  */
 export function pendingWorker<Conn, Out = ByteChannel>(
   path: string,
   secret: Uint8Array,
   transport: HandshakeTransport<Conn, Out>,
 ): PendingWorker<Out> {
-  let closed = false;
-  const close = () => {
-    if (closed) return;
-    closed = true;
+  const after = transport.timer ?? setTimer;
+  /** Connections that have not presented the secret, oldest first, with their deadlines. */
+  const pending = new Map<Conn, () => void>();
+  let listening = true;
+  /** The worker's connection, once it presented the secret, until accept() hands it over (or close() drops it). */
+  let worker: { conn: Conn; out: Out } | undefined;
+  /** What accept() does with the worker's connection, once it waits for it. */
+  let deliver: ((out: Out) => void) | undefined;
+  const forget = (conn: Conn): boolean => {
+    const cancelDeadline = pending.get(conn);
+    if (cancelDeadline === undefined) return false;
+    cancelDeadline();
+    pending.delete(conn);
+    return true;
+  };
+  const refuse = (conn: Conn) => {
+    if (forget(conn)) transport.drop(conn);
+  };
+  /** Stops listening: every connection still pending is closed, and the listener. */
+  const stop = () => {
+    if (!listening) return;
+    listening = false;
+    for (const conn of [...pending.keys()]) refuse(conn);
     transport.close();
   };
-  const after = transport.timer ?? setTimer;
+  transport.listen((conn) => {
+    if (!listening) return transport.drop(conn);
+    if (pending.size >= MAX_UNAUTHENTICATED) refuse(pending.keys().next().value!);
+    pending.set(conn, after(SECRET_DEADLINE_MS, () => refuse(conn)));
+    transport.readSecret(conn).then(({ head, rest }) => {
+      if (!forget(conn)) return; // dropped meanwhile
+      if (!listening || !sameBytes(head, secret)) return transport.drop(conn);
+      worker = { conn, out: transport.accepted(conn, rest) };
+      stop();
+      deliver?.(worker.out);
+    }, () => refuse(conn));
+  });
   return {
     bootstrap: bootstrapValue(path, secret),
     path,
-    close,
+    close() {
+      stop();
+      // The worker got in, but nobody took its connection (the start failed meanwhile).
+      if (worker !== undefined && deliver === undefined) transport.drop(worker.conn);
+    },
     accept(exited) {
       return new Promise<Out>((resolve, reject) => {
-        /** Connections that have not presented the secret, oldest first, with their deadlines. */
-        const pending = new Map<Conn, () => void>();
         let done = false;
-        const forget = (conn: Conn): boolean => {
-          const cancelDeadline = pending.get(conn);
-          if (cancelDeadline === undefined) return false;
-          cancelDeadline();
-          pending.delete(conn);
-          return true;
-        };
-        const refuse = (conn: Conn) => {
-          if (forget(conn)) transport.drop(conn);
-        };
+        let cancelDeadline = () => {};
         const finish = (error: Error | undefined, out?: Out) => {
           if (done) return;
           done = true;
           cancelDeadline();
-          for (const conn of [...pending.keys()]) refuse(conn);
-          close();
+          stop();
           if (error) reject(error);
           else resolve(out!);
         };
-        const cancelDeadline = after(HANDSHAKE_TIMEOUT_MS, () => finish(new Error("Worker did not connect in time")));
+        deliver = (out) => finish(undefined, out);
+        if (worker !== undefined) return finish(undefined, worker.out);
+        if (!listening) return finish(new Error("The listener was closed before the worker connected"));
+        cancelDeadline = after(HANDSHAKE_TIMEOUT_MS, () => finish(new Error("Worker did not connect in time")));
         void exited.then(() => finish(new Error("Worker exited before connecting")));
-        transport.listen((conn) => {
-          if (done) return transport.drop(conn);
-          if (pending.size >= MAX_UNAUTHENTICATED) refuse(pending.keys().next().value!);
-          pending.set(conn, after(SECRET_DEADLINE_MS, () => refuse(conn)));
-          transport.readSecret(conn).then(({ head, rest }) => {
-            if (!forget(conn)) return; // dropped meanwhile
-            if (!done && sameBytes(head, secret)) finish(undefined, transport.accepted(conn, rest));
-            else transport.drop(conn);
-          }, () => refuse(conn));
-        });
       });
     },
   };

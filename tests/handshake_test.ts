@@ -80,7 +80,8 @@ for (const abstract of [true, false]) {
     it("survives connections closed and piled up before it began to accept, and still takes the worker", async () => {
       const pending = await listenForWorker(abstract);
       const { path, secret } = JSON.parse(pending.bootstrap) as { path: string; secret: string };
-      // Gone while nobody reads them yet, and more than the eight the listener holds: the oldest go.
+      // Before the host waits for its worker: some gone at once, and more than the eight the listener holds unread (the
+      // oldest go).
       const strangers = await Promise.all(Array.from({ length: 12 }, () => open(path)));
       for (const stranger of strangers.slice(0, 4)) stranger.destroy();
       await new Promise((resolve) => setTimeout(resolve, 50));
