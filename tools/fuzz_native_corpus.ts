@@ -10,19 +10,23 @@
  *
  * Run it with a runtime that strips types (the pinned Node, Deno or Bun): `node_modules/.bin/node
  * tools/fuzz_native_corpus.ts`. It rewrites those files whole (and removes other files in the two corpus directories),
- * the same bytes each time.
+ * the same bytes each time. With `--check` it writes nothing and fails if any of them differs from what it would write
+ * (`npm test` runs that, so a protocol change cannot leave the seeds behind).
  *
  * @module
  */
 
-import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
+import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { bootstrapValue } from "../adapters/_unix_handshake.ts";
 import {
   encodeCredit,
   encodeHeader,
   encodeJson,
+  encodeRawMode,
+  encodeResize,
   encodeU32,
   FD_PAYLOAD,
   Frame,
@@ -124,6 +128,18 @@ const requests: Record<string, SpawnRequest> = {
     killTree: true,
     limits: { cpuSeconds: 1, memoryBytes: 2 ** 30, processes: 64, openFiles: 256, fileSizeBytes: 0, coreBytes: 0 },
   }),
+  // A command on a terminal (the Bun shape's `terminal`, node-pty's spawn): stdin and stdout are the terminal's.
+  terminal: buildRequest({
+    cmd: "sh",
+    args: ["-c", "stty size; cat"],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "null",
+    buffered: false,
+    timeout: 200,
+    forceKillAfterDelay: 50,
+    terminal: { cols: 80, rows: 24, raw: true },
+  }),
   // child_process.exec(): a shell, a timeout and its group.
   "node-exec": buildRequest({
     cmd: "/bin/sh",
@@ -156,6 +172,7 @@ const credit = (id: number, fd: 1 | 2, bytes: number) => frame(Frame.Credit, id,
 const release = (id: number, fd: 1 | 2) => frame(Frame.Release, id, FD_PAYLOAD[fd]);
 const stdin = (id: number, text: string) => frame(Frame.Stdin, id, text);
 const stdinEnd = (id: number) => frame(Frame.StdinEnd, id);
+const terminalOp = (id: number, payload: Uint8Array) => frame(Frame.Terminal, id, payload);
 
 /** Frame seeds: [name, how the harness cuts them into reads (k: reads of 1 to 2^k bytes), frames]. */
 const frameSeeds: [string, number, Uint8Array[]][] = [
@@ -183,6 +200,17 @@ const frameSeeds: [string, number, Uint8Array[]][] = [
     credit(9, 2, 0xffffffff),
   ]],
   ["process-control", 8, [spawn(12, requests["process-control"]), kill(12, "*SIGTERM"), kill(12, "*SIGKILL")]],
+  // A terminal resized, put in raw mode and out of it, written to, and killed.
+  ["terminal", 3, [
+    spawn(19, requests.terminal),
+    terminalOp(19, encodeResize(100, 40)),
+    terminalOp(19, encodeRawMode(false)),
+    stdin(19, "x\n"),
+    terminalOp(19, encodeRawMode(true)),
+    terminalOp(19, encodeResize(1, 65535)),
+    stdinEnd(19),
+    kill(19, "-SIGKILL"),
+  ]],
   ["spawn-error-enoent", 4, [spawn(10, missingProgram), kill(10, "SIGTERM")]],
   ["spawn-error-nul", 6, [spawn(11, withNul)]],
   // Frames for requests that already completed (or never were) are ignored.
@@ -200,7 +228,9 @@ const frameSeeds: [string, number, Uint8Array[]][] = [
     frame(Frame.Hello, 0, encodeJson({ version: PROTOCOL_VERSION, runtime: "node", pid: 1 } satisfies Hello)),
   ]],
   ["error-oversized", 10, [encodeHeader(Frame.Stdin, 1, MAX_PAYLOAD_BYTES + 1)]],
-  ["error-unknown-type", 0, [frame(7 as number as FrameType, 1, "?")]],
+  ["error-unknown-type", 0, [frame(99 as number as FrameType, 1, "?")]],
+  // A Terminal frame whose operation is none the worker knows (a resize of 0 rows would be one it refuses too).
+  ["error-terminal-malformed", 5, [spawn(20, requests.terminal), terminalOp(20, new Uint8Array([0, 0, 5]))]],
   ["error-not-json", 3, [frame(Frame.Spawn, 13, '{"cmd": nope}')]],
   ["error-not-object", 4, [spawn(14, ["true"])]],
   ["error-malformed", 6, [spawn(15, { ...missingProgram, window: 0 })]],
@@ -241,27 +271,64 @@ const dictEntry = (word: string) =>
     ).join("")
   }"`;
 
-function writeSeeds(dir: string, seeds: [string, Uint8Array][]): void {
-  mkdirSync(dir, { recursive: true });
-  const names = new Set(seeds.map(([name]) => name));
-  for (const name of readdirSync(dir)) if (!names.has(name)) rmSync(join(dir, name));
-  for (const [name, bytes] of seeds) writeFileSync(join(dir, name), bytes);
+/** Every file the generator writes, by path, with its bytes. */
+const files = new Map<string, Uint8Array>();
+/** Each corpus directory, with the names of its seeds (other files there are removed, or reported by --check). */
+const dirs = new Map<string, Set<string>>();
+function addSeeds(dir: string, seeds: [string, Uint8Array][]): void {
+  dirs.set(dir, new Set(seeds.map(([name]) => name)));
+  for (const [name, bytes] of seeds) files.set(join(dir, name), bytes);
 }
-
-writeSeeds(
+addSeeds(
   join(fuzzDir, "corpus", "frames"),
   frameSeeds.map(([name, split, frames]) => [name, concat([new Uint8Array([split]), ...frames])]),
 );
-writeSeeds(
+addSeeds(
   join(fuzzDir, "corpus", "json"),
   jsonSeeds.map(([name, text]) => [name, typeof text === "string" ? encoder.encode(text) : text]),
 );
-writeFileSync(
+files.set(
   join(fuzzDir, "spawnpool.dict"),
-  "# The native worker's libFuzzer dictionary, written by tools/fuzz_native_corpus.ts.\n" +
-    [...words].sort().map(dictEntry).join("\n") + "\n",
+  encoder.encode(
+    "# The native worker's libFuzzer dictionary, written by tools/fuzz_native_corpus.ts.\n" +
+      [...words].sort().map(dictEntry).join("\n") + "\n",
+  ),
 );
-console.log(
-  `Wrote ${frameSeeds.length} frame seeds and ${jsonSeeds.length} JSON seeds under native/fuzz/corpus/, and ` +
-    `${words.size} dictionary entries to native/fuzz/spawnpool.dict`,
-);
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.byteLength === b.byteLength && a.every((byte, i) => byte === b[i]);
+}
+
+if (process.argv.includes("--check")) {
+  // `npm test`: the committed seeds are what this file writes (a protocol change that is not regenerated fails here).
+  const stale: string[] = [];
+  for (const [path, bytes] of files) {
+    let now: Uint8Array | undefined;
+    try {
+      now = readFileSync(path);
+    } catch {
+      // missing
+    }
+    if (now === undefined || !sameBytes(now, bytes)) stale.push(relative(root, path));
+  }
+  for (const [dir, names] of dirs) {
+    for (const name of readdirSync(dir)) if (!names.has(name)) stale.push(`${relative(root, join(dir, name))} (extra)`);
+  }
+  if (stale.length > 0) {
+    console.error(
+      `Fuzz seeds out of date; run \`node_modules/.bin/node tools/fuzz_native_corpus.ts\`:\n  ${stale.join("\n  ")}`,
+    );
+    process.exit(1);
+  }
+  console.log(`${files.size} fuzz seeds and the dictionary are what tools/fuzz_native_corpus.ts writes`);
+} else {
+  for (const [dir, names] of dirs) {
+    mkdirSync(dir, { recursive: true });
+    for (const name of readdirSync(dir)) if (!names.has(name)) rmSync(join(dir, name));
+  }
+  for (const [path, bytes] of files) writeFileSync(path, bytes);
+  console.log(
+    `Wrote ${frameSeeds.length} frame seeds and ${jsonSeeds.length} JSON seeds under native/fuzz/corpus/, and ${words.size} ` +
+      "dictionary entries to native/fuzz/spawnpool.dict",
+  );
+}
