@@ -27,7 +27,6 @@
 //
 // Run: `node bench/cold_floor.mjs`. Options (env): BENCH_ROUNDS (default 30), BENCH_PHASES (default 5, 0 for none),
 // BENCH_HOSTS (default "node,deno,bun"). Writes the tables to stdout only.
-import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -35,12 +34,11 @@ import process from "node:process";
 import { pathToFileURL } from "node:url";
 import { countOf, median } from "../support/fixture.mjs";
 import { bin, buildDist, root } from "../support/setup.mjs";
-import { inSession } from "../support/session.mjs";
+import { runInSession } from "../support/session.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 30);
 const PHASE_RUNS = countOf("BENCH_PHASES", 5, 0);
 const HOSTS = (process.env.BENCH_HOSTS ?? "node,deno,bun").split(",").map((host) => host.trim());
-const LINGER_LIMIT_MS = 3_000;
 const KINDS = ["direct", "floor", "pool"];
 
 buildDist();
@@ -290,53 +288,11 @@ for (const host of HOSTS) {
   }
 }
 
-/** Polls until session `sid` is empty; resolves with the ms since `since`. What is left after the limit is killed. */
-async function untilGone(sid, since) {
-  let waited = 0;
-  while (inSession(sid).length > 0 && waited < LINGER_LIMIT_MS) {
-    await new Promise((resolve) => setTimeout(resolve, 0));
-    waited = performance.timeOrigin + performance.now() - since;
-  }
-  for (const pid of inSession(sid)) process.kill(pid, "SIGKILL");
-  return waited;
-}
-
-/** Runs a script once; resolves with its wall time, exit time, what it printed and who was left behind. */
+/** Runs a script once: its wall time, exit time, what it printed and who was left behind (support/session.mjs). */
 function runOnce(item, file) {
-  return new Promise((resolve, reject) => {
-    const start = performance.timeOrigin + performance.now();
-    const child = spawn(executables[item.host], hostArgs(item.host, file), {
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
-    let stdout = "";
-    let stderr = "";
-    let exit;
-    let left = [];
-    /** Settles when nothing is left in the script's session: the ms from its exit, or the limit (then killed). */
-    let gone = Promise.resolve(0);
-    child.stdout.setEncoding("utf8").on("data", (text) => (stdout += text));
-    child.stderr.setEncoding("utf8").on("data", (text) => (stderr += text));
-    child.on("error", reject);
-    child.on("exit", (code, signal) => {
-      exit = { at: performance.timeOrigin + performance.now(), code, signal };
-      left = inSession(child.pid);
-      if (left.length > 0) gone = untilGone(child.pid, exit.at);
-    });
-    child.on("close", async () => {
-      const end = performance.timeOrigin + performance.now();
-      if (exit.code !== 0 || stdout !== "hi\n") {
-        await gone;
-        reject(
-          new Error(
-            `${item.host} ${item.kind}: exit ${exit.code} ${exit.signal}, stdout ${JSON.stringify(stdout)}, ` +
-              `stderr ${stderr}`,
-          ),
-        );
-        return;
-      }
-      resolve({ start, wall: end - start, exit: exit.at - start, left, gone: await gone, stderr });
-    });
+  return runInSession(executables[item.host], hostArgs(item.host, file), {
+    expected: "hi\n",
+    label: `${item.host} ${item.kind}`,
   });
 }
 
