@@ -34,7 +34,7 @@ import process from "node:process";
 import { pathToFileURL } from "node:url";
 import { countOf, median } from "../support/fixture.mjs";
 import { bin, buildDist, root } from "../support/setup.mjs";
-import { runInSession } from "../support/session.mjs";
+import { interleavedRounds, runInSession } from "../support/session.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 30);
 const PHASE_RUNS = countOf("BENCH_PHASES", 5, 0);
@@ -298,18 +298,7 @@ function runOnce(item, file) {
 
 const fmt = (ms) => ms.toFixed(1);
 
-// Warm-up: Deno compiles the scripts into its cache on first use, and every runtime's files get into the page cache.
-for (const item of cases) await runOnce(item, item.file);
-for (let round = 0; round < ROUNDS; round++) {
-  const order = cases.map((_, i) => cases[(i + round) % cases.length]);
-  for (const item of order) {
-    const run = await runOnce(item, item.file);
-    item.walls.push(run.wall);
-    item.exits.push(run.exit);
-    item.left.push(run.left.length);
-    item.gone.push(run.gone);
-  }
-}
+await interleavedRounds(cases, ROUNDS, (item) => runOnce(item, item.file));
 
 const find = (host, kind) => cases.find((c) => c.host === host && c.kind === kind);
 console.log(`# Cold floor: one command, whole process (${new Date().toISOString().slice(0, 10)})`);

@@ -31,7 +31,7 @@ import process from "node:process";
 import { pathToFileURL } from "node:url";
 import { countOf, median } from "../support/fixture.mjs";
 import { bin, buildDist, root } from "../support/setup.mjs";
-import { runInSession } from "../support/session.mjs";
+import { interleavedRounds, runInSession } from "../support/session.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 15);
 const PHASE_RUNS = countOf("BENCH_PHASES", 5, 0);
@@ -204,18 +204,7 @@ function runOnce(item, file, runtimeFlags = []) {
 const fmt = (ms) => ms.toFixed(1);
 const ratio = (a, b) => (a / b).toFixed(2);
 
-// Warm-up: Deno compiles the sources into its cache on first use, and every runtime's files get into the page cache.
-for (const item of cases) await runOnce(item, item.file);
-for (let round = 0; round < ROUNDS; round++) {
-  const order = cases.map((_, i) => cases[(i + round) % cases.length]);
-  for (const item of order) {
-    const run = await runOnce(item, item.file);
-    item.walls.push(run.wall);
-    item.exits.push(run.exit);
-    item.left.push(run.left.length);
-    item.gone.push(run.gone);
-  }
-}
+await interleavedRounds(cases, ROUNDS, (item) => runOnce(item, item.file));
 
 const lines = [];
 const out = (line = "") => {

@@ -110,3 +110,27 @@ export function runInSession(command, args, { expected, label }) {
     });
   });
 }
+
+/**
+ * Runs every case once to warm up (Deno compiles a script into its cache on its first run, and every runtime's files
+ * get into the page cache), then `rounds` rounds of all of them in an order that rotates each round, adding each run's
+ * wall time, exit time, number of processes left at its exit and the ms until they were gone to the case's `walls`,
+ * `exits`, `left` and `gone`.
+ * @template {{ walls: number[], exits: number[], left: number[], gone: number[] }} Case
+ * @param {Case[]} cases
+ * @param {number} rounds
+ * @param {(item: Case) => Promise<{ wall: number, exit: number, left: number[], gone: number }>} run
+ */
+export async function interleavedRounds(cases, rounds, run) {
+  for (const item of cases) await run(item);
+  for (let round = 0; round < rounds; round++) {
+    const order = cases.map((_, i) => cases[(i + round) % cases.length]);
+    for (const item of order) {
+      const result = await run(item);
+      item.walls.push(result.wall);
+      item.exits.push(result.exit);
+      item.left.push(result.left.length);
+      item.gone.push(result.gone);
+    }
+  }
+}

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { dirname } from "node:path";
 import { describe, it } from "node:test";
 import { connectedPair, listenForWorker } from "../adapters/_net_listener.ts";
-import { handshake, SECRET_BYTES } from "../adapters/_unix_handshake.ts";
+import { handshake, type PendingWorker, SECRET_BYTES } from "../adapters/_unix_handshake.ts";
 import { withTimeout } from "./_helpers.ts";
 
 function open(path: string): Promise<Socket> {
@@ -20,6 +20,25 @@ function open(path: string): Promise<Socket> {
     const socket = connect({ path }, () => resolve(socket));
     socket.once("error", reject);
   });
+}
+
+/** Connects to `path` as the worker does: the secret (hex, as in the bootstrap) first. */
+async function connectAsWorker(path: string, secret: string): Promise<Socket> {
+  const worker = await open(path);
+  worker.write(Uint8Array.from(secret.match(/../g)!, (hex) => parseInt(hex, 16)));
+  return worker;
+}
+
+/** The host's side of the handshake with a worker that neither exits nor may be killed; fails after 5 s as `why`. */
+function handshakeAlive(pending: PendingWorker, why: string) {
+  return withTimeout(
+    handshake(pending, {
+      exited: new Promise<never>(() => {}),
+      kill: () => assert.fail("the worker is killed only when the handshake fails"),
+    }),
+    5_000,
+    why,
+  );
 }
 
 function closed(socket: Socket): Promise<void> {
@@ -62,17 +81,9 @@ for (const abstract of [true, false]) {
       const pending = await listenForWorker(abstract);
       const { path, secret } = JSON.parse(pending.bootstrap) as { path: string; secret: string };
       // The worker has its bootstrap as it starts: it may be in before the host's handshake() runs.
-      const worker = await open(path);
-      worker.write(Uint8Array.from(secret.match(/../g)!, (hex) => parseInt(hex, 16)));
+      const worker = await connectAsWorker(path, secret);
       await new Promise((resolve) => setTimeout(resolve, 100));
-      const channel = await withTimeout(
-        handshake(pending, {
-          exited: new Promise<never>(() => {}),
-          kill: () => assert.fail("the worker is killed only when the handshake fails"),
-        }),
-        5_000,
-        "the worker's early connection went unheard",
-      );
+      const channel = await handshakeAlive(pending, "the worker's early connection went unheard");
       channel.close();
       worker.destroy();
     });
@@ -85,16 +96,8 @@ for (const abstract of [true, false]) {
       const strangers = await Promise.all(Array.from({ length: 12 }, () => open(path)));
       for (const stranger of strangers.slice(0, 4)) stranger.destroy();
       await new Promise((resolve) => setTimeout(resolve, 50));
-      const worker = await open(path);
-      worker.write(Uint8Array.from(secret.match(/../g)!, (hex) => parseInt(hex, 16)));
-      const channel = await withTimeout(
-        handshake(pending, {
-          exited: new Promise<never>(() => {}),
-          kill: () => assert.fail("the worker is killed only when the handshake fails"),
-        }),
-        5_000,
-        "the worker's connection went unheard after the strangers'",
-      );
+      const worker = await connectAsWorker(path, secret);
+      const channel = await handshakeAlive(pending, "the worker's connection went unheard after the strangers'");
       channel.close();
       worker.destroy();
       for (const stranger of strangers) stranger.destroy();
