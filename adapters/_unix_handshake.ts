@@ -211,25 +211,10 @@ export function pendingWorker<Conn, Out = ByteChannel>(
   };
 }
 
-/** The runtime's environment as far as a worker's bootstrap needs it. */
-interface Environment {
-  get(name: string): string | undefined;
-  delete(name: string): void;
-}
-
-/** This process's environment: `Deno.env`, or Node's and Bun's `process.env`. */
-function environment(): Environment {
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
-  if (deno !== undefined) return deno.env;
-  const env = (globalThis as unknown as { process: NodeJS.Process }).process.env;
-  return { get: (name) => env[name], delete: (name) => void delete env[name] };
-}
-
 /** Worker side: takes the bootstrap out of the environment, before anything could inherit it. */
 function takeBootstrap(): string {
-  const env = environment();
-  const value = env.get(BOOTSTRAP_VARIABLE);
-  env.delete(BOOTSTRAP_VARIABLE);
+  const value = system.getEnv(BOOTSTRAP_VARIABLE);
+  system.deleteEnv(BOOTSTRAP_VARIABLE);
   if (value === undefined) throw new Error(`${BOOTSTRAP_VARIABLE} is not set: start me through a Pool`);
   return value;
 }

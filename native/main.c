@@ -128,7 +128,6 @@ int main(void) {
   unsetenv("SPAWNPOOL_CHANNEL");
   unsetenv("NODE_CHANNEL_FD");
   if (fd3) {
-    unsetenv("SPAWNPOOL_BOOTSTRAP"); /* a unix channel's, which connect_from_bootstrap() takes out itself */
     if (fcntl(3, F_SETFD, FD_CLOEXEC) != 0) return 1;
     channel.fd = 3;
   } else {

@@ -17,8 +17,7 @@ if (kind !== "fd3" && kind !== "unix") {
 }
 // Nothing of the worker's own plumbing reaches the commands it spawns (a unix channel's SPAWNPOOL_BOOTSTRAP is taken
 // out as it is read, in connectToHost).
-const plumbing = ["SPAWNPOOL_CHANNEL", "NODE_CHANNEL_FD", ...(kind === "fd3" ? ["SPAWNPOOL_BOOTSTRAP"] : [])];
-for (const name of plumbing) adapter.deleteEnv(name);
+for (const name of ["SPAWNPOOL_CHANNEL", "NODE_CHANNEL_FD"]) adapter.deleteEnv(name);
 // If the host went away (or closed the pool) while this worker started, nobody is left to tell.
 const channel = await adapter.connectToHost(kind as ChannelKind).catch((): never => adapter.exit(1));
 serve(adapter, channel);
