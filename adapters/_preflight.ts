@@ -85,7 +85,10 @@ export function preflight(request: SpawnRequest): WireSpawnFailure | undefined {
   if (found.has(key)) return undefined;
   // Found by the runtime's own lookup: the search below would not fail either (it finds it, or stops with no verdict).
   if (system.which?.(cmd, path) !== undefined) return remember(key);
-  for (const dir of path.split(PATH_DELIMITER)) {
+  // The verdict does not depend on the order: ENOENT needs every entry to be missing, and any other answer is none. So
+  // the entries are tried from the last: the system directories, where most programs a server starts live, end a
+  // PATH, and each entry that misses costs a thrown error (about 0.1 ms each in Deno, the first one about 1 ms).
+  for (const dir of path.split(PATH_DELIMITER).reverse()) {
     // A relative entry is the worker's to resolve, and an entry that cannot be read may hold it: no verdict.
     if (dir === "" || !isAbsolutePath(dir)) return undefined;
     const candidate = joinPath(dir, cmd);

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { chmodSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { it } from "node:test";
@@ -39,6 +39,40 @@ await forEachWorker(title, (pool, _runtime, workers) => {
       return true;
     });
   });
+
+  itChecked(
+    "a program on any entry of the call's PATH starts, whichever entry holds it and whatever the others hold",
+    async () => {
+      // The host's check tries the entries from the last; the worker searches from the first, as execvp does.
+      const dirs = ["first", "middle", "last"].map((name) => join(scratch, `path-${name}`));
+      for (const dir of dirs) mkdirSync(dir, { recursive: true });
+      const program = "spawnpool-path-probe";
+      const put = (dir: string, mode: number, says: string) => {
+        writeFileSync(join(dir, program), `#!/bin/sh\necho ${says}\n`);
+        chmodSync(join(dir, program), mode);
+      };
+      const run = async () =>
+        text((await pool.command(program, { env: { PATH: dirs.join(":") }, stderr: "null" }).output()).stdout);
+      put(dirs[0], 0o755, "first");
+      assert.equal(await run(), "first\n");
+      put(dirs[2], 0o644, "last, not executable"); // met first by the host's check: no verdict, the worker runs "first"
+      assert.equal(await run(), "first\n");
+      rmSync(join(dirs[0], program));
+      rmSync(join(dirs[2], program));
+      put(dirs[1], 0o755, "middle");
+      assert.equal(await run(), "middle\n");
+      rmSync(join(dirs[1], program));
+      // Found on this PATH before, so no longer checked at the call: the worker's search fails.
+      const lost = await Promise.resolve().then(() => pool.command(program, { env: { PATH: dirs.join(":") } }).output())
+        .then(() => null, (e) => e);
+      assert.equal(lost?.name, "NotFound", String(lost));
+      // Never found there: every entry is tried at the call.
+      assert.throws(
+        () => pool.command(`${program}-never`, { env: { PATH: dirs.join(":") } }).output(),
+        /'spawnpool-path-probe-never': entity not found/,
+      );
+    },
+  );
 
   it("a missing program the host leaves to the worker (a relative path) fails later, the same way", async () => {
     const error = await pool.command("./spawnpool-no-such-program", { cwd: scratch }).output().then(
