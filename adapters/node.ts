@@ -11,29 +11,24 @@ import type { Socket } from "node:net";
 import type { Adapter, SpawnedChild } from "../core/adapter.ts";
 import type { StdioMode, StreamFd } from "../core/frame.ts";
 import { commandEnv, groupIdTaken, orphanKiller, ownProcess, vouchFor } from "./_process.ts";
+import { lendingSocketChannel, socketChannel } from "./_socket_channel.ts";
 import { system } from "./_system.ts";
 
-/**
- * The modules that only starting a worker or a command needs, loaded by the first of them rather than with this
- * adapter: every host imports it (a Node worker's arguments come from here), and a Bun or Deno host that never starts
- * a Node worker would otherwise load node:child_process for nothing (on Bun about half of spawnpool's module load:
- * bench/cold_start.mjs). `node:net` is a Node worker's alone (its fd 3, `connectToHost`): a host's workers get their
- * sockets from node:child_process and the listener module, and Node's ES module of `node:net` costs a host's first
- * command 0.3-0.5 ms (bench/first_use.mjs).
- */
-interface Modules {
-  childProcess: typeof import("node:child_process");
-  channels: typeof import("./_socket_channel.ts");
-}
-let modules: Modules | undefined;
+let childProcessModule: typeof import("node:child_process") | undefined;
 
-async function loadModules(): Promise<Modules> {
-  const [childProcess, channels] = await Promise.all([
-    import("node:child_process"),
-    import("./_socket_channel.ts"),
-  ]);
-  modules = { childProcess, channels };
-  return modules;
+/**
+ * `node:child_process`, loaded by the first worker or command that needs it rather than with this adapter: every host
+ * imports it (a Node worker's arguments come from here), and a Bun or Deno host that never starts a Node worker would
+ * otherwise load node:child_process for nothing (on Bun about half of spawnpool's module load: bench/cold_start.mjs).
+ * Through `process.getBuiltinModule`, at once: an `import()` would cost a Node host's first worker a turn of the event
+ * loop. `node:net` is a Node worker's alone (its fd 3, `connectToHost`): a host's workers get their sockets from
+ * node:child_process and the listener module, and Node's ES module of `node:net` costs a host's first command 0.3-0.5
+ * ms (bench/first_use.mjs).
+ */
+function childProcess(): typeof import("node:child_process") {
+  return childProcessModule ??= (globalThis as unknown as { process: NodeJS.Process }).process.getBuiltinModule(
+    "node:child_process",
+  ) as typeof import("node:child_process");
 }
 
 /** The unix-socket handshake and the `node:net` listener: for the unix channel, and for the pair a worker's fd 3 is. */
@@ -110,13 +105,13 @@ export const nodeAdapter: Adapter = {
   },
 
   async startWorker(launch) {
-    const { childProcess: { spawn }, channels } = modules ?? await loadModules();
+    const { spawn } = childProcess();
     const [unix, listener] = launch.channel === "unix" || !launch.first ? await loadUnix() : [];
     const pending = launch.channel === "unix" ? await listener!.listenForWorker() : undefined;
     // The fd 3 channel. A pool's first worker gets the unix socketpair libuv makes for an extra "pipe", ready about
     // 4 ms sooner on a script's first command; the others a connected pair whose host end reads into one reused
     // buffer, which costs the host less per request (about 60-90 µs less per 163 KB of output: docs/how-it-works.md).
-    const lending = pending || launch.first ? undefined : channels.lendingSocketChannel();
+    const lending = pending || launch.first ? undefined : lendingSocketChannel();
     const pair = lending && { lending, ...await listener!.connectedPair(lending.onread) };
     const abandon = () => {
       pending?.close();
@@ -157,7 +152,7 @@ export const nodeAdapter: Adapter = {
       ? await unix!.handshake(pending, { exited, kill: () => child.kill("SIGKILL") })
       : pair
       ? pair.lending.attach(pair.host)
-      : channels.socketChannel(child.stdio[3] as Socket);
+      : socketChannel(child.stdio[3] as Socket);
     return {
       pid: child.pid!,
       channel,
@@ -171,18 +166,16 @@ export const nodeAdapter: Adapter = {
   },
 
   async connectToHost(kind) {
-    const loading = modules ?? loadModules();
     if (kind === "unix") {
-      const [[unix, listener]] = await Promise.all([loadUnix(), loading]);
+      const [unix, listener] = await loadUnix();
       return unix.connectFromBootstrap(listener.openSocketChannel);
     }
-    const [{ channels }, net] = await Promise.all([loading, import("node:net")]);
-    return channels.socketChannel(new net.Socket({ fd: 3, readable: true, writable: true }));
+    const net = await import("node:net");
+    return socketChannel(new net.Socket({ fd: 3, readable: true, writable: true }));
   },
 
   async spawn(request, events, inHost) {
-    // A worker loads what its channel needs first; a host running its first commands itself needs only this.
-    const { spawn } = modules?.childProcess ?? await import("node:child_process");
+    const { spawn } = childProcess();
     // Every command in a worker gets a session of its own (a group kill reaches its descendants, and a dying
     // worker's commands are found by group); in the host, only those that ask for one.
     const ownGroup = !inHost || request.group || request.detached === true;

@@ -3,7 +3,10 @@
 // are the costs the cold start (bench/cold_start.mjs) is made of, measured one at a time:
 //
 // - every host: importing spawnpool's bundle against an empty module, and the time from the import to the output of
-//   its first command through the default pool (`new Command("echo", { args: ["hi"] }).output()`);
+//   its first command through the default pool (`new Command("echo", { args: ["hi"] }).output()`); then the same path
+//   a second time in the process (a second pool, its own worker started, its first command): what the first command
+//   pays for running spawnpool's code and the runtime's for the first time; and the runtime's own spawn of `echo`,
+//   the first and the second in a process, for what the runtime's first use costs a direct script;
 // - Deno: the first `setTimeout` (Deno's is Node's, loaded on first use) against the first `Atomics.waitAsync` and
 //   `AbortSignal.timeout`; a failing `Deno.statSync` followed by one that finds its file, against the second alone;
 // - Bun: loading `node:fs` (what a `stat` needs) against a `Bun.which` in one directory;
@@ -66,6 +69,17 @@ const parsedOnly = join(scratch, "parsed_only.mjs");
   writeFileSync(parsedOnly, `function neverCalled() {\n${text}\n}\nexport { neverCalled };\n`);
 }
 
+/** Each runtime's own spawn of `echo hi`, its output read to the end (as bench/cold_floor.mjs's direct scripts). */
+const directEcho = {
+  node: `await new Promise((resolve) => {
+  const child = cp.spawn("echo", ["hi"]);
+  child.stdout.on("data", () => {});
+  child.on("close", resolve);
+});`,
+  deno: `await new Deno.Command("echo", { args: ["hi"] }).output();`,
+  bun: `await Bun.spawn(["echo", "hi"]).stdout.text();`,
+};
+
 const probes = [];
 for (const host of Object.keys(hosts)) {
   probes.push({ host, name: "import an empty module", script: timed(`await import(${JSON.stringify(empty)});`) });
@@ -81,6 +95,22 @@ for (const host of Object.keys(hosts)) {
       name: `import to the first command's output${label}`,
       script: `const m = await import(${JSON.stringify(mod(from))});\n` +
         timed(`await new m.Command("echo", { args: ["hi"] }).output();`),
+    });
+    probes.push({
+      host,
+      name: `a second pool's first command (its worker started too), after a first pool's${label}`,
+      script: `const m = await import(${JSON.stringify(mod(from))});\n` +
+        `await new m.Command("echo", { args: ["hi"] }).output();\nconst pool = new m.Pool();\n` +
+        timed(`await pool.command("echo", { args: ["hi"] }).output();`) + "await pool.close();\n",
+    });
+  }
+  for (const which of ["first", "second"]) {
+    probes.push({
+      host,
+      name: `the runtime's own spawn of echo, its output read: the ${which} in the process` +
+        (host === "node" ? " (node:child_process imported first)" : ""),
+      script: (host === "node" ? `const cp = await import("node:child_process");\n` : "") +
+        (which === "second" ? `${directEcho[host]}\n` : "") + timed(directEcho[host]),
     });
   }
 }
