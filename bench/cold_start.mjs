@@ -23,7 +23,9 @@
 // BENCH_PROFILES (CPU profiles of each Node script, default 5, 0 for none), BENCH_HOSTS (default
 // "node,deno,bun"), BENCH_OTHER (the path of another checkout, its dist/ built: its pool runs in
 // the same rounds, rows "(other)", for a before/after comparison), BENCH_START_IN_HOST ("off", the default pool as it
-// is; "on", its scripts call `configureDefaultPool({ startInHost: true })` first; "both", rows of each, "(in host)"). Writes the table to stdout and bench/results/cold_start.md.
+// is; "on", its scripts call `configureDefaultPool({ startInHost: true })` first; "both", rows of each, "(in host)"),
+// BENCH_COMPILE_CACHE ("1": every Node script turns on Node's compile cache first). Writes the table to stdout and
+// bench/results/cold_start.md.
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -54,6 +56,12 @@ const sourceModule = (name, from = root) => pathToFileURL(join(from, `${name}.ts
 /** Another checkout whose pool runs beside this one's, for a before/after comparison (its dist/ built already). */
 const OTHER = process.env.BENCH_OTHER;
 const IN_HOST = process.env.BENCH_START_IN_HOST ?? "off";
+/**
+ * BENCH_COMPILE_CACHE=1: every Node script (direct and pooled alike) first turns on Node's module compile cache, as an
+ * application that starts often would (`module.enableCompileCache()`), in a directory of this run's, filled by the
+ * warm-up round.
+ */
+const COMPILE_CACHE = process.env.BENCH_COMPILE_CACHE === "1";
 if (!["off", "on", "both"].includes(IN_HOST)) {
   throw new Error(`BENCH_START_IN_HOST: "off", "on" or "both", not ${IN_HOST}`);
 }
@@ -153,6 +161,9 @@ function source({ load, run }, phases) {
 
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-cold-"));
 process.on("exit", () => rmSync(scratch, { recursive: true, force: true }));
+const nodePrelude = COMPILE_CACHE
+  ? `(await import("node:module")).enableCompileCache(${JSON.stringify(join(scratch, "compile-cache"))});\n`
+  : "";
 
 /** Every case: { host, name, file, phaseFile }. */
 const cases = [];
@@ -162,8 +173,9 @@ for (const host of HOSTS) {
   const { direct, pooled } = scriptsFor(host);
   const add = (name, script) => {
     const base = join(scratch, `${host}-${name.replace(/[^A-Za-z]/g, "_")}`);
-    writeFileSync(`${base}.mjs`, source(script, false));
-    writeFileSync(`${base}.phases.mjs`, source(script, true));
+    const prelude = host === "node" ? nodePrelude : "";
+    writeFileSync(`${base}.mjs`, prelude + source(script, false));
+    writeFileSync(`${base}.phases.mjs`, prelude + source(script, true));
     const item = { host, name, file: `${base}.mjs`, phaseFile: `${base}.phases.mjs`, walls: [], exits: [] };
     item.left = [];
     item.gone = [];
