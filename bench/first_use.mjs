@@ -3,11 +3,11 @@
 // are the costs the cold start (bench/cold_start.mjs) is made of, measured one at a time:
 //
 // - every host: importing spawnpool's bundle against an empty module, and the time from the import to the output of
-//   its first command through the default pool (`new Command("echo", { args: ["hi"] }).output()`), and how much of that
-//   time the host's main thread spends on a CPU (Linux's /proc/thread-self/schedstat: the rest is waiting); then the same path
-//   a second time in the process (a second pool, its own worker started, its first command): what the first command
-//   pays for running spawnpool's code and the runtime's for the first time; and the runtime's own spawn of `echo`,
-//   the first and the second in a process, for what the runtime's first use costs a direct script;
+//   its first command through the default pool (`new Command("echo", { args: ["hi"] }).output()`); then the same path
+//   a second time in the process (a second pool, its own worker started, its first command: the same waits for a new
+//   worker and for `echo`), so that the difference is what the first command pays for running spawnpool's code and the
+//   runtime's for the first time; and the runtime's own spawn of `echo`, the first and the second in a process, for what
+//   the runtime's first use costs a direct script;
 // - Deno: the first `setTimeout` (Deno's is Node's, loaded on first use) against the first `Atomics.waitAsync` and
 //   `AbortSignal.timeout`; a failing `Deno.statSync` followed by one that finds its file, against the second alone;
 // - Bun: loading `node:fs` (what a `stat` needs) against a `Bun.which` in one directory;
@@ -78,21 +78,7 @@ const directEcho = {
   child.on("close", resolve);
 });`,
   deno: `await new Deno.Command("echo", { args: ["hi"] }).output();`,
-  bun: `await Bun.spawn(["echo", "hi"]).stdout.text();`,
-};
-
-/**
- * `onCpu()`: ms the calling thread has spent on a CPU (Linux's /proc/thread-self/schedstat), read once before use so
- * that the reader's own first use is not counted.
- */
-const schedstat = `(text) => Number(text.split(" ")[0]) / 1e6`;
-const onCpu = {
-  deno: `const onCpu = () => (${schedstat})(Deno.readTextFileSync("/proc/thread-self/schedstat")); onCpu();`,
-  ...Object.fromEntries(["node", "bun"].map((host) => [
-    host,
-    `const fs = process.getBuiltinModule("node:fs");\n` +
-    `const onCpu = () => (${schedstat})(fs.readFileSync("/proc/thread-self/schedstat", "utf8")); onCpu();`,
-  ])),
+  bun: `{ const child = Bun.spawn(["echo", "hi"]); await child.stdout.text(); await child.exited; }`,
 };
 
 const probes = [];
@@ -110,13 +96,6 @@ for (const host of Object.keys(hosts)) {
       name: `import to the first command's output${label}`,
       script: `const m = await import(${JSON.stringify(mod(from))});\n` +
         timed(`await new m.Command("echo", { args: ["hi"] }).output();`),
-    });
-    probes.push({
-      host,
-      name: `the same: the share of it the host's main thread spent on a CPU, in % (not ms)${label}`,
-      script: `const m = await import(${JSON.stringify(mod(from))});\n${onCpu[host]}\nconst c0 = onCpu();\n` +
-        `const t0 = performance.now();\nawait new m.Command("echo", { args: ["hi"] }).output();\n` +
-        `console.log(JSON.stringify({ ms: (100 * (onCpu() - c0)) / (performance.now() - t0) }));\n`,
     });
     probes.push({
       host,

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { it } from "node:test";
@@ -43,34 +43,35 @@ await forEachWorker(title, (pool, _runtime, workers) => {
   itChecked(
     "a program on any entry of the call's PATH starts, whichever entry holds it and whatever the others hold",
     async () => {
-      // The host's check tries the entries from the last; the worker searches from the first, as execvp does.
-      const dirs = ["first", "middle", "last"].map((name) => join(scratch, `path-${name}`));
-      for (const dir of dirs) mkdirSync(dir, { recursive: true });
-      const program = "spawnpool-path-probe";
-      const put = (dir: string, mode: number, says: string) => {
+      // The host's check tries the entries from the last; the worker searches from the first, as execvp does. The host
+      // remembers a program it found on a PATH (for the whole process): each step below uses a name of its own, in
+      // directories of this test's own, so that every step's call is checked afresh.
+      const base = mkdtempSync(join(scratch, "path-"));
+      const dirs = ["first", "middle", "last"].map((name) => join(base, name));
+      for (const dir of dirs) mkdirSync(dir);
+      const env = { PATH: dirs.join(":") };
+      const put = (dir: string, program: string, mode: number, says: string) => {
         writeFileSync(join(dir, program), `#!/bin/sh\necho ${says}\n`);
         chmodSync(join(dir, program), mode);
       };
-      const run = async () =>
-        text((await pool.command(program, { env: { PATH: dirs.join(":") }, stderr: "null" }).output()).stdout);
-      put(dirs[0], 0o755, "first");
-      assert.equal(await run(), "first\n");
-      put(dirs[2], 0o644, "last, not executable"); // met first by the host's check: no verdict, the worker runs "first"
-      assert.equal(await run(), "first\n");
-      rmSync(join(dirs[0], program));
-      rmSync(join(dirs[2], program));
-      put(dirs[1], 0o755, "middle");
-      assert.equal(await run(), "middle\n");
-      rmSync(join(dirs[1], program));
-      // Found on this PATH before, so no longer checked at the call: the worker's search fails.
-      const lost = await Promise.resolve().then(() => pool.command(program, { env: { PATH: dirs.join(":") } }).output())
-        .then(() => null, (e) => e);
-      assert.equal(lost?.name, "NotFound", String(lost));
-      // Never found there: every entry is tried at the call.
-      assert.throws(
-        () => pool.command(`${program}-never`, { env: { PATH: dirs.join(":") } }).output(),
-        /'spawnpool-path-probe-never': entity not found/,
-      );
+      const run = async (program: string) =>
+        text((await pool.command(program, { env, stderr: "null" }).output()).stdout);
+      try {
+        put(dirs[0], "probe-a", 0o755, "first");
+        put(dirs[2], "probe-a", 0o644, "last"); // met first by the host's check: no verdict, the worker runs "first"
+        assert.equal(await run("probe-a"), "first\n");
+        put(dirs[1], "probe-b", 0o755, "middle");
+        assert.equal(await run("probe-b"), "middle\n");
+        // Every entry is tried at the call, and none holds it.
+        assert.throws(() => pool.command("probe-c", { env }).output(), /'probe-c': entity not found/);
+        // Found on this PATH before, so no longer checked at the call: the worker's own search fails.
+        rmSync(join(dirs[1], "probe-b"));
+        const lost = await Promise.resolve().then(() => pool.command("probe-b", { env }).output())
+          .then(() => null, (e) => e);
+        assert.equal(lost?.name, "NotFound", String(lost));
+      } finally {
+        rmSync(base, { recursive: true, force: true });
+      }
     },
   );
 
