@@ -32,8 +32,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { countOf, median } from "../support/fixture.mjs";
-import { bin, buildDist, root } from "../support/setup.mjs";
+import { countOf, median, scriptArgs } from "../support/fixture.mjs";
+import { buildDist, root, runtimes } from "../support/setup.mjs";
 import { interleavedRounds, runInSession } from "../support/session.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 30);
@@ -42,8 +42,6 @@ const HOSTS = (process.env.BENCH_HOSTS ?? "node,deno,bun").split(",").map((host)
 const KINDS = ["direct", "floor", "pool"];
 
 buildDist();
-const executables = { node: process.execPath, deno: join(bin, "deno"), bun: join(bin, "bun") };
-const hostArgs = (host, script) => host === "deno" ? ["run", "-A", "--quiet", script] : [script];
 /** The native worker the default pool of dist/ starts (adapters/platform.ts localWorkers), which the floor starts too. */
 const WORKER = join(root, "dist", "native", `spawnpool-worker-${process.platform}-${process.arch}`);
 if (!existsSync(WORKER)) throw new Error(`No native worker at ${WORKER}`);
@@ -269,7 +267,7 @@ process.on("exit", () => rmSync(scratch, { recursive: true, force: true }));
 /** Every case: { host, kind, file, phaseFile, walls, exits, left, gone }. */
 const cases = [];
 for (const host of HOSTS) {
-  if (!(host in executables)) throw new Error(`BENCH_HOSTS: unknown host "${host}"`);
+  if (!(host in runtimes)) throw new Error(`BENCH_HOSTS: unknown host "${host}"`);
   const scripts = scriptsFor(host);
   for (const kind of KINDS) {
     const base = join(scratch, `${host}-${kind}`);
@@ -290,7 +288,7 @@ for (const host of HOSTS) {
 
 /** Runs a script once: its wall time, exit time, what it printed and who was left behind (support/session.mjs). */
 function runOnce(item, file) {
-  return runInSession(executables[item.host], hostArgs(item.host, file), {
+  return runInSession(runtimes[item.host], scriptArgs(item.host, file), {
     expected: "hi\n",
     label: `${item.host} ${item.kind}`,
   });

@@ -31,8 +31,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { countOf, median } from "../support/fixture.mjs";
-import { bin, buildDist, root } from "../support/setup.mjs";
+import { countOf, median, scriptArgs } from "../support/fixture.mjs";
+import { buildDist, root, runtimes } from "../support/setup.mjs";
 import { interleavedRounds, runInSession } from "../support/session.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 15);
@@ -41,8 +41,6 @@ const PROFILE_RUNS = countOf("BENCH_PROFILES", 5, 0);
 const HOSTS = (process.env.BENCH_HOSTS ?? "node,deno,bun").split(",").map((host) => host.trim());
 
 buildDist();
-const executables = { node: process.execPath, deno: join(bin, "deno"), bun: join(bin, "bun") };
-const hostArgs = (host, script) => host === "deno" ? ["run", "-A", "--quiet", script] : [script];
 /**
  * Where each host imports spawnpool from: the bundled build, which npm installs for Node and Bun and JSR serves to Deno
  * (tools/stage.mjs; the JSR package's files are dist/'s, with a comment naming their types). BENCH_DENO_SOURCES=1: Deno
@@ -169,7 +167,7 @@ const nodePrelude = COMPILE_CACHE
 const cases = [];
 const plan = [];
 for (const host of HOSTS) {
-  if (!(host in executables)) throw new Error(`BENCH_HOSTS: unknown host "${host}"`);
+  if (!(host in runtimes)) throw new Error(`BENCH_HOSTS: unknown host "${host}"`);
   const { direct, pooled } = scriptsFor(host);
   const add = (name, script) => {
     const base = join(scratch, `${host}-${name.replace(/[^A-Za-z]/g, "_")}`);
@@ -209,8 +207,8 @@ for (const host of HOSTS) {
 
 /** Runs a script once: its wall time, exit time, what it printed and who was left behind (support/session.mjs). */
 function runOnce(item, file, runtimeFlags = []) {
-  const args = [...runtimeFlags, ...hostArgs(item.host, file)];
-  return runInSession(executables[item.host], args, { expected: "hi\n", label: `${item.host} ${item.name}` });
+  const args = [...runtimeFlags, ...scriptArgs(item.host, file)];
+  return runInSession(runtimes[item.host], args, { expected: "hi\n", label: `${item.host} ${item.name}` });
 }
 
 const fmt = (ms) => ms.toFixed(1);

@@ -27,18 +27,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { countOf, median } from "../support/fixture.mjs";
-import { bin, buildDist, root } from "../support/setup.mjs";
+import { countOf, median, scriptArgs } from "../support/fixture.mjs";
+import { buildDist, root, runtimes } from "../support/setup.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 21);
 const OTHER = process.env.BENCH_OTHER;
 buildDist();
 
-const hosts = {
-  node: [process.execPath],
-  deno: [join(bin, "deno"), "run", "-A", "--quiet"],
-  bun: [join(bin, "bun")],
-};
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-first-use-"));
 process.on("exit", () => rmSync(scratch, { recursive: true, force: true }));
 const empty = join(scratch, "empty.mjs");
@@ -82,7 +77,7 @@ const directEcho = {
 };
 
 const probes = [];
-for (const host of Object.keys(hosts)) {
+for (const host of Object.keys(runtimes)) {
   probes.push({ host, name: "import an empty module", script: timed(`await import(${JSON.stringify(empty)});`) });
   for (const [label, from] of [["", root], [" (other)", OTHER]]) {
     if (from === undefined) continue;
@@ -199,8 +194,7 @@ for (const [i, probe] of probes.entries()) {
 for (let round = 0; round < ROUNDS; round++) {
   for (let i = 0; i < probes.length; i++) {
     const probe = probes[(i + round) % probes.length]; // the order rotates each round
-    const [cmd, ...args] = hosts[probe.host];
-    const run = spawnSync(cmd, [...args, probe.file], { encoding: "utf8", cwd: scratch });
+    const run = spawnSync(runtimes[probe.host], scriptArgs(probe.host, probe.file), { encoding: "utf8", cwd: scratch });
     if (run.status !== 0) throw new Error(`${probe.host} ${probe.name}: exit ${run.status}\n${run.stderr}`);
     probe.ms.push(JSON.parse(run.stdout.trim().split("\n").at(-1)).ms);
   }

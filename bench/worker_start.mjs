@@ -11,8 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { countOf, median } from "../support/fixture.mjs";
-import { bin, buildDist, root } from "../support/setup.mjs";
+import { countOf, median, scriptArgs } from "../support/fixture.mjs";
+import { buildDist, root, runtimes } from "../support/setup.mjs";
 
 const ROUNDS = countOf("BENCH_ROUNDS", 15);
 const list = (name, fallback) => (process.env[name] ?? fallback).split(",").map((item) => item.trim());
@@ -21,17 +21,12 @@ const WORKERS = list("BENCH_WORKERS", "native,deno,bun,node");
 const OTHER = process.env.BENCH_OTHER;
 buildDist();
 
-const hosts = {
-  node: [process.execPath],
-  deno: [join(bin, "deno"), "run", "-A", "--quiet"],
-  bun: [join(bin, "bun")],
-};
 const scratch = mkdtempSync(join(tmpdir(), "spawnpool-worker-start-"));
 process.on("exit", () => rmSync(scratch, { recursive: true, force: true }));
 
 const cases = [];
 for (const host of HOSTS) {
-  if (!(host in hosts)) throw new Error(`BENCH_HOSTS: unknown host "${host}"`);
+  if (!(host in runtimes)) throw new Error(`BENCH_HOSTS: unknown host "${host}"`);
   for (const runtime of WORKERS) {
     for (const [label, from] of [["", root], [" (other)", OTHER]]) {
       if (from === undefined) continue;
@@ -52,8 +47,7 @@ for (const host of HOSTS) {
 for (let round = 0; round <= ROUNDS; round++) {
   for (let i = 0; i < cases.length; i++) {
     const item = cases[(i + round) % cases.length]; // the order rotates each round; round 0 warms up, uncounted
-    const [cmd, ...args] = hosts[item.host];
-    const run = spawnSync(cmd, [...args, item.file], { encoding: "utf8", cwd: scratch });
+    const run = spawnSync(runtimes[item.host], scriptArgs(item.host, item.file), { encoding: "utf8", cwd: scratch });
     if (run.status !== 0) throw new Error(`${item.host} ${item.name}: exit ${run.status}\n${run.stderr}`);
     if (round > 0) item.ms.push(JSON.parse(run.stdout.trim().split("\n").at(-1)).ms);
   }

@@ -11,6 +11,8 @@ import { ensureNatsServer } from "./nats_server.mjs";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const bin = join(root, "node_modules", ".bin");
+/** The runtimes the benchmarks run their scripts under: this Node, and the pinned Deno and Bun. */
+export const runtimes = { node: process.execPath, deno: join(bin, "deno"), bun: join(bin, "bun") };
 
 /** Whether each pinned dev tool (package.json's devDependencies) is installed at its pinned version. */
 function pinnedInstalled() {
