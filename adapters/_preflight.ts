@@ -87,7 +87,7 @@ export function preflight(request: SpawnRequest): WireSpawnFailure | undefined {
   if (system.which?.(cmd, path) !== undefined) return remember(key);
   // The verdict does not depend on the order: ENOENT needs every entry to be missing, and any other answer is none. So
   // the entries are tried from the last: the system directories, where most programs a server starts live, end a
-  // PATH, and each entry that misses costs a thrown error (about 0.1 ms each in Deno, the first one about 1 ms).
+  // PATH, and each entry that misses costs a thrown error (in Deno the first one about 0.5 ms: bench/first_use.mjs).
   for (const dir of path.split(PATH_DELIMITER).reverse()) {
     // A relative entry is the worker's to resolve, and an entry that cannot be read may hold it: no verdict.
     if (dir === "" || !isAbsolutePath(dir)) return undefined;

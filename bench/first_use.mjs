@@ -10,13 +10,16 @@
 //   the runtime's first use costs a direct script;
 // - Deno: the first `setTimeout` (Deno's is Node's, loaded on first use) against the first `Atomics.waitAsync` and
 //   `AbortSignal.timeout`; a failing `Deno.statSync` followed by one that finds its file, against the second alone;
+//   the host's PATH check of `echo` (adapters/_preflight.ts, from the sources; BENCH_OTHER's beside it), the first in
+//   a process, on the PATH the bench runs with; importing `node:net` (what a JavaScript worker loaded as it started
+//   until its bundle was split, 2026-11-29);
 // - Bun: loading `node:fs` (what a `stat` needs) against a `Bun.which` in one directory;
 // - Node: making a connected socket pair through a private listener (`connectedPair`, how a Node host's later workers
-//   get their channel) the first and the second time in a process; importing `node:net` once `node:child_process` is
-//   loaded (what a host's first worker no longer imports);
+//   get their channel) the first and the second time in a process; importing `node:child_process`, and `node:net` once
+//   `node:child_process` is loaded (what a host's first worker no longer imports);
 // - Deno: the first `Deno.permissions.querySync`, and the first write through a child's stdin (a web stream: how the
 //   bootstrap reached a Deno host's worker until it moved to the worker's environment, 2026-11-29);
-// - Bun: spawnpool's main chunk parsed but not run (its text in a function never called) against importing it.
+// - every host: spawnpool's main chunk parsed but not run (its text in a function never called), against importing it.
 //
 // Run: `node bench/first_use.mjs` (it builds dist/). Options (env): BENCH_ROUNDS (default 21), BENCH_OTHER (another
 // checkout, its dist/ built: its bundle's rows beside this one's, "(other)", for a before/after). Writes the table to
@@ -77,6 +80,17 @@ const directEcho = {
 };
 
 const probes = [];
+for (const [label, from] of [["", root], [" (other)", OTHER]]) {
+  if (from === undefined) continue;
+  const preflight = pathToFileURL(join(from, "adapters", "_preflight.ts")).href;
+  probes.push({
+    host: "deno",
+    name: `the host's PATH check of echo (adapters/_preflight.ts), the first in a process, this PATH${label}`,
+    script: `const { preflight } = await import(${JSON.stringify(preflight)});
+` +
+      timed(`preflight({ cmd: "echo", args: [] });`),
+  });
+}
 for (const host of Object.keys(runtimes)) {
   probes.push({ host, name: "import an empty module", script: timed(`await import(${JSON.stringify(empty)});`) });
   for (const [label, from] of [["", root], [" (other)", OTHER]]) {
@@ -153,10 +167,15 @@ probes.push(
           "await writer.close();",
       ) + "await child.status;\n",
   },
-  {
-    host: "bun",
+  ...Object.keys(runtimes).map((host) => ({
+    host,
     name: "spawnpool's main chunk, parsed only (never run)",
     script: timed(`await import(${JSON.stringify(parsedOnly)});`),
+  })),
+  {
+    host: "deno",
+    name: "import node:net (Deno's Node layer)",
+    script: timed(`await import("node:net");`),
   },
   {
     host: "bun",
@@ -179,6 +198,11 @@ probes.push(
       (which === "second" ? "{ const p = await connectedPair(onread); p.host.destroy(); p.worker.destroy(); }\n" : "") +
       timed("const pair = await connectedPair(onread);") + "pair.host.destroy(); pair.worker.destroy();\n",
   })),
+  {
+    host: "node",
+    name: "import node:child_process (what a direct script and a Node host's first worker load)",
+    script: timed(`await import("node:child_process");`),
+  },
   {
     host: "node",
     name: "import node:net once node:child_process is loaded",

@@ -84,9 +84,9 @@ export function buildDist(into, { npmWorkers } = {}) {
     );
   bundleSplit(["mod.ts", "node.ts", "pty.ts"], dist, bundle);
   // Split, so that what the worker loads with import() stays a chunk of its own: bundled whole, the listener module's
-  // `import "node:net"` moved to the bundle's top, and every JavaScript worker loaded node:net as it started (about 50
-  // ms in a Deno worker, which never uses it). Its chunks sit beside main.js, one directory below dist/ as
-  // adapters/platform.ts expects.
+  // `import "node:net"` moved to the bundle's top, and every JavaScript worker loaded node:net as it started (28 ms in
+  // a Deno worker, which never uses it: bench/first_use.mjs). Its chunks sit beside main.js, one directory below dist/
+  // as adapters/platform.ts expects.
   bundle(["worker/main.ts"], join(dist, "worker"), ["--splitting", "--chunk-naming=[name]-[hash].[ext]"]);
   bundle(["remote/cli.ts"], join(dist, "remote"));
   if (into === undefined) copyNativeToDist();
